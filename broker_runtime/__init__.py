@@ -1,0 +1,1 @@
+"""The broker side of mqaudit: store, remoting, name servers, brokers and clients."""

@@ -1,0 +1,1 @@
+"""The `mqaudit` command line."""

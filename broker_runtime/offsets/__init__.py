@@ -1,0 +1,1 @@
+"""Consumer offsets and other small broker state kept as JSON."""

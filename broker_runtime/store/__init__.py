@@ -1,0 +1,1 @@
+"""The broker store: CommitLog, ConsumeQueue, IndexFile, checkpoint and recovery."""

@@ -1,0 +1,120 @@
+"""`mqaudit store bench`: real messages through the store, against plain sequential writes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from broker_runtime.common.config import FlushMode, StoreConfig
+from broker_runtime.common.message import TAGS, UNIQ_KEY, Message
+from broker_runtime.store.message_store import MessageStore
+
+_BODY_POOL = 64  # distinct random bodies, reused: generating 1 GB of randomness is not the point
+
+
+def _messages(n: int, size: int, topics: int, queues: int, seed: int) -> list[Message]:
+    bodies = [os.urandom(size) for _ in range(_BODY_POOL)]
+    prefix = uuid.UUID(int=seed).hex[:20].upper()
+    born = int(time.time() * 1000)
+    return [
+        Message(
+            topic=f"BenchTopic{i % topics}",
+            body=bodies[i % _BODY_POOL],
+            properties={UNIQ_KEY: f"{prefix}{i:012X}", TAGS: f"Tag{i % 4}"},
+            queue_id=(i // topics) % queues,
+            born_timestamp=born,
+        )
+        for i in range(n)
+    ]
+
+
+def disk_baseline(directory: Path, nbytes: int) -> float:
+    """MB/s of writing `nbytes` sequentially with plain 1 MiB writes and one fsync."""
+    path = directory / "disk-baseline.tmp"
+    chunk = os.urandom(1 << 20)
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = nbytes
+        while left > 0:
+            left -= os.write(fd, chunk[: min(len(chunk), left)])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        elapsed = time.perf_counter() - start
+        path.unlink(missing_ok=True)
+    return nbytes / elapsed / 1e6
+
+
+def run_bench(
+    store_dir: Path,
+    *,
+    messages: int,
+    size: int,
+    topics: int,
+    queues: int,
+    flush: FlushMode,
+    segment_size: int = 1 << 30,
+    producers: int = 1,
+    batch: int = 1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    store_dir = Path(store_dir)
+    if store_dir.exists() and any(store_dir.iterdir()):
+        raise FileExistsError(f"{store_dir} is not empty; the bench writes a fresh store")
+    msgs = _messages(messages, size, topics, queues, seed)
+    config = StoreConfig(store_dir=store_dir, segment_size=segment_size, flush=flush)
+    store = MessageStore(config)
+    per_producer = [msgs[i::producers] for i in range(producers)]
+    errors: list[BaseException] = []
+
+    def produce(mine: list[Message]) -> None:
+        try:
+            for i in range(0, len(mine), batch):
+                store.put_messages(mine[i : i + batch])
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=produce, args=(m,)) for m in per_producer]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    put_done = time.perf_counter()
+    store.wait_dispatched(None)
+    store.commit_log.segments.flush()
+    store.flush_logics()
+    elapsed = time.perf_counter() - start
+    if errors:
+        store.shutdown()
+        raise errors[0]
+    log_bytes = store.commit_log.max_offset - store.commit_log.min_offset
+    sync_puts, fsyncs = store.group_commit_stats
+    store.shutdown()
+    disk = disk_baseline(store_dir, log_bytes)
+    mb_per_s = log_bytes / elapsed / 1e6
+    result: dict[str, Any] = {
+        "messages": messages,
+        "size": size,
+        "topics": topics,
+        "queues": queues,
+        "flush": flush.value,
+        "producers": producers,
+        "batch": batch,
+        "seconds": round(elapsed, 3),
+        "put_seconds": round(put_done - start, 3),
+        "messages_per_s": round(messages / elapsed),
+        "mb_per_s": round(mb_per_s, 1),
+        "disk_mb_per_s": round(disk, 1),
+        "ratio_to_disk": round(mb_per_s / disk, 3),
+        "store": str(store_dir),
+    }
+    if flush is FlushMode.SYNC:
+        result["fsyncs"] = fsyncs
+        result["puts_per_fsync"] = round(sync_puts / fsyncs, 2) if fsyncs else None
+    return result

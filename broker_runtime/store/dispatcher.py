@@ -1,0 +1,107 @@
+"""The reput service: builds ConsumeQueue and index entries from what reached the CommitLog.
+
+Runs in its own thread, a batch at a time, so the write path only hands requests over.
+`apply` is also what recovery calls with requests read back from the log, so a rebuild
+and a live dispatch go through the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from broker_runtime.store.consume_queue import ConsumeQueue
+from broker_runtime.store.index_service import IndexService
+from broker_runtime.store.record_codec import DispatchRequest
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        consume_queue: Callable[[str, int], ConsumeQueue],
+        index: IndexService | None,
+    ) -> None:
+        self._consume_queue = consume_queue
+        self._index = index
+        self._pending: list[DispatchRequest] = []
+        self._cond = threading.Condition()
+        self._busy = False
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.dispatched_offset = 0  # end of the last dispatched message
+        self.dispatched_timestamp = 0
+        self.error: BaseException | None = None
+
+    def apply(self, requests: Iterable[DispatchRequest]) -> int:
+        """Write the entries of `requests` (in log order); returns how many were applied."""
+        by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        index_rows: list[tuple[str, int, int, str | None, str | None]] = []
+        last: DispatchRequest | None = None
+        for r in requests:
+            rows = by_queue.get((r.topic, r.queue_id))
+            if rows is None:
+                rows = by_queue[(r.topic, r.queue_id)] = []
+            rows.append((r.queue_offset, r.phys_offset, r.size, r.tags_code))
+            if r.uniq_key is not None or r.keys is not None:
+                index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
+            last = r
+        if last is None:
+            return 0
+        for (topic, queue_id), rows in by_queue.items():
+            self._consume_queue(topic, queue_id).put(rows)
+        if self._index is not None and index_rows:
+            self._index.build(index_rows)
+        self.dispatched_offset = last.phys_offset + last.size
+        self.dispatched_timestamp = last.store_timestamp
+        return sum(len(rows) for rows in by_queue.values())
+
+    # -- the background thread ------------------------------------------------------------
+
+    def submit(self, requests: list[DispatchRequest]) -> None:
+        with self._cond:
+            self._pending.extend(requests)
+            self._cond.notify_all()
+
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="reput", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and self._running:
+                    self._cond.wait()
+                if not self._pending and not self._running:
+                    return
+                batch, self._pending = self._pending, []
+                self._busy = True
+            try:
+                self.apply(batch)
+            except Exception as e:  # the log keeps the data; recovery re-dispatches it
+                log.exception("dispatch failed; ConsumeQueue/index stop here until restart")
+                self.error = e
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                if self.error is not None:
+                    self._running = False
+                    return
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until everything submitted so far is dispatched; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: (not self._pending and not self._busy) or self.error is not None, timeout
+            )
+
+    def stop(self) -> None:
+        with self._cond:
+            self._running = False
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,92 @@
+"""Flushing the CommitLog: group commit for SYNC_FLUSH, a periodic loop for the rest.
+
+Group commit: each put waits until the log is flushed past its end; one flusher thread
+fdatasyncs on behalf of every put that arrived meanwhile, so concurrent puts share fsyncs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class GroupCommitService:
+    def __init__(self, flush: Callable[[], int], timeout_s: float = 5.0) -> None:
+        self._flush = flush  # flushes the log, returns the flushed offset
+        self._timeout_s = timeout_s  # syncFlushTimeout
+        self._cond = threading.Condition()
+        self._waiting = 0
+        self._flushed = 0
+        self._running = True
+        self.fsyncs = 0
+        self.puts = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def wait_flushed(self, offset: int) -> bool:
+        """Block until the log is on disk up to `offset`; False on timeout or flush failure."""
+        with self._cond:
+            self.puts += 1
+            if self._flushed >= offset:
+                return True
+            self._waiting += 1
+            self._cond.notify_all()
+            ok = self._cond.wait_for(
+                lambda: self._flushed >= offset or self.error is not None, self._timeout_s
+            )
+            return ok and self.error is None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting > 0 or not self._running)
+                if not self._running:
+                    return
+                self._waiting = 0
+            try:
+                flushed = self._flush()  # outside the lock: puts keep arriving meanwhile
+            except OSError as e:
+                with self._cond:
+                    self.error = e
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self.fsyncs += 1
+                self._flushed = flushed
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._running = False
+            self._cond.notify_all()
+        self._thread.join()
+
+
+class PeriodicService:
+    """One background thread running tasks at their own intervals (flush, checkpoint, clean)."""
+
+    def __init__(self, tasks: list[tuple[float, Callable[[], object]]], name: str) -> None:
+        self._tasks = tasks
+        self._stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        due = [time.monotonic() + interval for interval, _ in self._tasks]
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for i, (interval, task) in enumerate(self._tasks):
+                if now >= due[i]:
+                    try:
+                        task()
+                    except Exception as e:  # keep the other tasks running; the store reports it
+                        self.errors.append(e)
+                    due[i] = now + interval
+            self._stop.wait(max(0.0, min(due) - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

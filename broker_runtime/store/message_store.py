@@ -1,0 +1,256 @@
+"""The store facade brokers use: put, get by queue offset, query by key, recover, shut down."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_runtime.common.clock import Clock, SystemClock
+from broker_runtime.common.config import FlushMode, StoreConfig
+from broker_runtime.common.message import (
+    KEY_SEPARATOR,
+    Message,
+    StoredMessage,
+    decode_offset_msg_id,
+    encode_host,
+)
+from broker_runtime.common.topics import validate_topic
+from broker_runtime.store import record_codec as codec
+from broker_runtime.store.checkpoint import Checkpoint
+from broker_runtime.store.cleanup import CleanupPolicy, CleanupReport
+from broker_runtime.store.commit_log import CommitLog, PutResult
+from broker_runtime.store.consume_queue import ConsumeQueue
+from broker_runtime.store.dispatcher import Dispatcher
+from broker_runtime.store.flush_service import GroupCommitService, PeriodicService
+from broker_runtime.store.index_service import IndexService
+from broker_runtime.store.recovery import RecoveryReport, recover
+
+log = logging.getLogger(__name__)
+_QUEUE_DIR = re.compile(r"\d+")
+
+
+class StoreUnavailable(RuntimeError):
+    """The store refuses writes (disk past the danger ratio, or a failed flush)."""
+
+
+class FlushTimeout(RuntimeError):
+    """SYNC_FLUSH: the message is in the log but was not on disk within the timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class MessageStore:
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock: Clock | None = None,
+        disk_ratio: Callable[[Path], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.root = Path(config.store_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.cq_root = self.root / "consumequeue"
+        self.abort_file = self.root / "abort"
+        self.checkpoint_file = self.root / "checkpoint"
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._load_consume_queues()
+        self.index = (
+            IndexService(
+                self.root,
+                hash_slot_num=config.index_hash_slots,
+                index_num=config.index_max_entries,
+            )
+            if config.build_index
+            else None
+        )
+        self.dispatcher = Dispatcher(self.consume_queue, self.index)
+        self.commit_log = CommitLog(
+            self.root / "commitlog",
+            config.segment_size,
+            self.clock,
+            encode_host(config.store_host),
+            self.dispatcher.submit,
+        )
+        self.cleanup = CleanupPolicy(config, self.clock, disk_ratio)
+        self.recovery: RecoveryReport = recover(self)
+        self.abort_file.touch()  # removed again by a clean shutdown
+        self.dispatcher.start()
+        self._group_commit = (
+            GroupCommitService(self.commit_log.segments.flush)
+            if config.flush is FlushMode.SYNC
+            else None
+        )
+        tasks: list[tuple[float, Callable[[], object]]] = [
+            (config.cq_flush_interval_ms / 1000, self.flush_logics),
+            (config.cleanup_interval_ms / 1000, self.run_cleanup),
+        ]
+        if config.flush is FlushMode.ASYNC:
+            tasks.insert(0, (config.flush_interval_ms / 1000, self.commit_log.segments.flush))
+        self._services = PeriodicService(tasks, "store-services")
+        self._closed = False
+
+    # -- ConsumeQueues ---------------------------------------------------------------------
+
+    def _load_consume_queues(self) -> None:
+        if not self.cq_root.is_dir():
+            return
+        for topic_dir in sorted(self.cq_root.iterdir()):
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and _QUEUE_DIR.fullmatch(qdir.name):
+                    self.consume_queue(topic_dir.name, int(qdir.name))
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.cq_entries_per_file)
+            self._queues[key] = cq
+        return cq
+
+    def queues(self) -> dict[tuple[str, int], ConsumeQueue]:
+        return dict(self._queues)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put_message(self, msg: Message) -> PutResult:
+        return self.put_messages([msg])[0]
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutResult]:
+        """Store messages in order; raises MessageRejected for a bad one (nothing is stored)."""
+        if self.cleanup.disk_full:
+            raise StoreUnavailable(
+                f"disk use is past the danger ratio {self.config.disk_danger_ratio}; "
+                "writes are refused until cleanup frees space"
+            )
+        limit = self.config.max_message_size
+        prepared = [codec.prepare(m, limit) for m in msgs]
+        results = self.commit_log.put(prepared)
+        if self._group_commit is not None and results:
+            last = results[-1]
+            if not self._group_commit.wait_flushed(last.phys_offset + last.size):
+                raise FlushTimeout(f"flush of offset {last.phys_offset} did not complete")
+        return results
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> GetResult:
+        """Up to `max_count` messages of a queue from `offset` (what a pull returns)."""
+        cq = self._queues.get((validate_topic(topic), queue_id))
+        if cq is None:
+            return GetResult([], offset, 0, 0)
+        out: list[StoredMessage] = []
+        next_offset = max(offset, cq.min_queue_offset)
+        for e in cq.entries(next_offset, max_count):
+            next_offset = e.queue_offset + 1
+            if e.size == 0x7FFFFFFF:
+                continue
+            raw = self.commit_log.read(e.phys_offset, e.size)
+            if raw is not None:  # None: the log file expired under the entry
+                out.append(codec.decode(raw))
+        return GetResult(out, next_offset, cq.min_queue_offset, cq.max_offset)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get((topic, queue_id))
+        return cq.min_queue_offset if cq else 0
+
+    def message_at(self, phys_offset: int) -> StoredMessage | None:
+        """The message whose unit starts at `phys_offset`, CRC checked."""
+        head = self.commit_log.read(phys_offset, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        raw = self.commit_log.read(phys_offset, size) if size > 0 else None
+        if raw is None:
+            return None
+        try:
+            codec.check_unit(raw, 0, len(raw))
+        except codec.RecordError:
+            return None
+        return codec.decode(raw)
+
+    def message_by_id(self, msg_id: str) -> StoredMessage | None:
+        """Look a message up by its offset message id."""
+        _, phys = decode_offset_msg_id(msg_id)
+        return self.message_at(phys)
+
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int = 2**62
+    ) -> list[StoredMessage]:
+        """Messages of `topic` whose UNIQ_KEY or one of whose KEYS is `key`, newest first."""
+        if self.index is None:
+            return []
+        found = []
+        for phys in self.index.query(validate_topic(topic), key, max_count * 4, begin_ms, end_ms):
+            m = self.message_at(phys)
+            if m is None or m.topic != topic:
+                continue  # a hash collision, or the log file expired
+            if m.uniq_key == key or key in (m.keys or "").split(KEY_SEPARATOR):
+                found.append(m)
+                if len(found) >= max_count:
+                    break
+        return found
+
+    def wait_dispatched(self, timeout: float | None = 30.0) -> bool:
+        return self.dispatcher.wait_idle(timeout)
+
+    # -- background work -------------------------------------------------------------------
+
+    def flush_logics(self) -> None:
+        """Flush ConsumeQueues and index, then record in the checkpoint how far they are safe."""
+        dispatched, ts = self.dispatcher.dispatched_offset, self.dispatcher.dispatched_timestamp
+        for cq in list(self._queues.values()):
+            cq.flush()
+        if self.index is not None:
+            self.index.flush()
+        flushed = self.commit_log.segments.flushed_offset
+        cp = Checkpoint(ts, ts, ts, flushed, dispatched)
+        cp.save(self.checkpoint_file)
+
+    def run_cleanup(self, force: bool = False) -> CleanupReport:
+        """Delete expired files if it is time to (or `force`); see CleanupPolicy."""
+        return self.cleanup.run(self, force=force)
+
+    @property
+    def group_commit_stats(self) -> tuple[int, int]:
+        """(sync puts, fsyncs) so far under SYNC_FLUSH."""
+        gc = self._group_commit
+        return (gc.puts, gc.fsyncs) if gc else (0, 0)
+
+    def shutdown(self) -> None:
+        """Clean stop: flush everything, write the checkpoint, remove the abort marker."""
+        if self._closed:
+            return
+        self._closed = True
+        self._services.stop()
+        self.dispatcher.stop()
+        if self._group_commit is not None:
+            self._group_commit.stop()
+        self.commit_log.segments.flush()
+        self.flush_logics()
+        self.commit_log.close()
+        for cq in self._queues.values():
+            cq.close()
+        if self.index is not None:
+            self.index.close()
+        self.abort_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+

@@ -1,0 +1,1 @@
+"""Airflow DAG package marker: DAG files live here (later issues)."""

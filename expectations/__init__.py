@@ -1,0 +1,1 @@
+"""Great Expectations suites for the lakehouse tables (later issues)."""
