@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 
-class FlushMode(str, Enum):
+class FlushMode(StrEnum):
     SYNC = "sync"  # SYNC_FLUSH: a put returns after fdatasync (group commit)
     ASYNC = "async"  # ASYNC_FLUSH: a background flush every flush_interval_ms
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import uuid
@@ -62,6 +63,7 @@ def run_bench(
     producers: int = 1,
     batch: int = 1,
     seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, Any]:
     store_dir = Path(store_dir)
     if store_dir.exists() and any(store_dir.iterdir()):
@@ -71,20 +73,27 @@ def run_bench(
     store = MessageStore(config)
     per_producer = [msgs[i::producers] for i in range(producers)]
     errors: list[BaseException] = []
+    done = [0] * producers
 
-    def produce(mine: list[Message]) -> None:
+    def produce(k: int) -> None:
+        mine = per_producer[k]
         try:
             for i in range(0, len(mine), batch):
                 store.put_messages(mine[i : i + batch])
+                done[k] = i + batch
         except BaseException as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=produce, args=(m,)) for m in per_producer]
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        while t.is_alive():
+            t.join(1.0)
+            if progress and t.is_alive():
+                n = min(sum(done), messages)
+                print(f"  stored {n:,}/{messages:,} messages", file=sys.stderr, flush=True)
     put_done = time.perf_counter()
     store.wait_dispatched(None)
     store.commit_log.segments.flush()

@@ -20,18 +20,18 @@ def segment_name(offset: int) -> str:
 
 
 class MappedFile:
-    def __init__(self, path: Path, file_size: int) -> None:
+    def __init__(self, path: Path, file_size: int, *, readonly: bool = False) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
-        existed = path.exists()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.readonly = readonly
+        self._fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
-        if not existed or size < file_size:
-            os.ftruncate(self._fd, file_size)  # sparse: blocks are allocated on write
-        elif size > file_size:
+        if size != file_size and (readonly or size > file_size):
             os.close(self._fd)
             raise ValueError(f"{path} is {size} bytes, segments here are {file_size}")
+        if size < file_size:
+            os.ftruncate(self._fd, file_size)  # sparse: blocks are allocated on write
         self._map = mmap.mmap(self._fd, file_size, prot=mmap.PROT_READ)
         self.view = memoryview(self._map)
         # For a file that already existed the owner sets these after recovering it.

@@ -253,4 +253,3 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-

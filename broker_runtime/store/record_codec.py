@@ -94,6 +94,7 @@ class Prepared(NamedTuple):
     keys: str | None
 
 
+_new_prepared = tuple.__new__  # skips NamedTuple's Python-level __new__ on the hot path
 _valid_topics: set[str] = set()  # names already checked: the check is per message otherwise
 _hosts: dict[tuple[str, int], bytes] = {}
 
@@ -144,23 +145,26 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
         raise MessageRejected(f"queue id {msg.queue_id} is out of range")
     raw_topic = topic.encode()
     born = _host_bytes(msg.born_host)
-    return Prepared(
-        HEADER_SIZE + len(body) + 3 + len(raw_topic) + len(raw_props),
-        zlib.crc32(body) & 0x7FFFFFFF,
-        msg.queue_id,
-        msg.flag,
-        msg.sys_flag,
-        msg.born_timestamp,
-        born[:4],
-        _PORT.unpack_from(born, 4)[0],
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        body,
-        b"%c%b%b%b" % (len(raw_topic), raw_topic, _I16.pack(len(raw_props)), raw_props),
-        topic,
-        tags_code(props.get(TAGS)),
-        props.get(UNIQ_KEY),
-        props.get(KEYS),
+    return _new_prepared(
+        Prepared,
+        (
+            HEADER_SIZE + len(body) + 3 + len(raw_topic) + len(raw_props),
+            zlib.crc32(body) & 0x7FFFFFFF,
+            msg.queue_id,
+            msg.flag,
+            msg.sys_flag,
+            msg.born_timestamp,
+            born[:4],
+            _PORT.unpack_from(born, 4)[0],
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            body,
+            b"%c%b%b%b" % (len(raw_topic), raw_topic, _I16.pack(len(raw_props)), raw_props),
+            topic,
+            tags_code(props.get(TAGS)),
+            props.get(UNIQ_KEY),
+            props.get(KEYS),
+        ),
     )
 
 

@@ -12,14 +12,14 @@ _SEGMENT_NAME = re.compile(rf"\d{{{NAME_DIGITS}}}")
 
 
 class SegmentQueue:
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(self, directory: Path, file_size: int, *, readonly: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
         self.files: list[MappedFile] = []
         if directory.is_dir():
             names = sorted(p.name for p in directory.iterdir() if _SEGMENT_NAME.fullmatch(p.name))
             for name in names:
-                self.files.append(MappedFile(directory / name, file_size))
+                self.files.append(MappedFile(directory / name, file_size, readonly=readonly))
             for prev, nxt in zip(self.files, self.files[1:], strict=False):
                 if nxt.file_from_offset != prev.file_from_offset + file_size:
                     raise ValueError(

@@ -1,0 +1,32 @@
+"""`mqaudit`: the command line of the broker runtime and, later, the audit pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from broker_runtime.cli import demo_cmd, store_cmd
+from broker_runtime.common.topics import InvalidNameError
+from broker_runtime.store.record_codec import MessageRejected
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqaudit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    store_cmd.add_parser(sub)
+    demo_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (FileExistsError, InvalidNameError, MessageRejected, ValueError) as e:
+        print(f"mqaudit: {e}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
