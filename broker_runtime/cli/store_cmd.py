@@ -89,7 +89,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
         segment_size = files[0].stat().st_size if files else 1 << 30
     cq_files = sorted((args.store / "consumequeue").glob("*/*/" + "[0-9]" * 20))
     per_file = cq_files[0].stat().st_size // 20 if cq_files else 300_000
-    config = StoreConfig(store_dir=args.store, segment_size=segment_size, cq_entries_per_file=per_file)
+    config = StoreConfig(
+        store_dir=args.store, segment_size=segment_size, cq_entries_per_file=per_file
+    )
     store = MessageStore(config)
     report = store.recovery
     store.shutdown()

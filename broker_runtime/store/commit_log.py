@@ -12,19 +12,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from broker_runtime.common.clock import Clock
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import DispatchRequest, Prepared, RecordError
 from broker_runtime.store.segment_queue import SegmentQueue
 
-
-class PutResult(NamedTuple):
-    phys_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
+# What a put returns per message is what the dispatcher needs of it: one tuple serves both.
+PutResult = DispatchRequest
 
 
 @dataclass(slots=True)
@@ -68,9 +63,8 @@ class CommitLog:
                 raise codec.MessageRejected(
                     f"a {p.size}-byte message cannot fit a {seg_size}-byte CommitLog segment"
                 )
-        results: list[PutResult] = []
-        requests: list[DispatchRequest] = []
-        pack, magic = codec.HEADER.pack, codec.MESSAGE_MAGIC
+        results: list[DispatchRequest] = []
+        encode_into = codec.encode_into
         new = tuple.__new__  # NamedTuple's own __new__ is Python code: too slow per message
         store_ip, store_port = self.store_host[:4], int.from_bytes(self.store_host[4:], "big")
         with self.lock:
@@ -88,50 +82,19 @@ class CommitLog:
                     base, buf = f.end_offset, bytearray()
                     room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
                 phys = base + len(buf)
-                key = (p.topic, p.queue_id)
+                topic, qid = key = (p.topic, p.queue_id)
                 qo = qtable.get(key, 0)
                 qtable[key] = qo + 1
-                buf += pack(
-                    p[0],
-                    magic,
-                    p[1],
-                    p[2],
-                    p[3],
-                    qo,
-                    phys,
-                    p[4],
-                    p[5],
-                    p[6],
-                    p[7],
-                    now,
-                    store_ip,
-                    store_port,
-                    p[8],
-                    p[9],
-                    len(p[10]),
-                )  # fmt: skip  (codec.encode_into, inlined: this loop is the write path)
-                buf += p[10]
-                buf += p[11]
-                results.append(new(PutResult, (phys, p.size, qo, now)))
-                requests.append(
+                encode_into(buf, p, qo, phys, now, store_ip, store_port)
+                results.append(
                     new(
                         DispatchRequest,
-                        (
-                            p.topic,
-                            p.queue_id,
-                            qo,
-                            phys,
-                            p.size,
-                            now,
-                            p.tags_code,
-                            p.uniq_key,
-                            p.keys,
-                        ),
+                        (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys),
                     )
                 )
             if buf:
                 f.append(buf)
-            self._on_dispatch(requests)
+            self._on_dispatch(results)
         return results
 
     def read(self, phys_offset: int, size: int) -> bytes | None:

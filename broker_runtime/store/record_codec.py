@@ -200,6 +200,8 @@ def check_unit(buf: Buffer, pos: int, limit: int, *, check_crc: bool = True) -> 
     view = memoryview(buf)
     if limit - pos < END_FILE_MIN_BLANK_LENGTH:
         raise RecordError("eof", pos, "no room for a unit")
+    total: int
+    magic: int
     total, magic = _PREFIX.unpack_from(view, pos)
     if magic == BLANK_MAGIC:
         if total != limit - pos:
