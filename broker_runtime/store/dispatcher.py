@@ -16,6 +16,8 @@ from broker_runtime.store.index_service import IndexService
 from broker_runtime.store.record_codec import DispatchRequest
 
 log = logging.getLogger(__name__)
+BATCH = 1024
+GATHER_S = 0.001
 
 
 class Dispatcher:
@@ -62,8 +64,10 @@ class Dispatcher:
 
     def submit(self, requests: list[DispatchRequest]) -> None:
         with self._cond:
+            was_empty = not self._pending
             self._pending.extend(requests)
-            self._cond.notify_all()
+            if was_empty or len(self._pending) >= BATCH:  # no wake-up per put: see _run
+                self._cond.notify_all()
 
     def start(self) -> None:
         self._running = True
@@ -77,6 +81,10 @@ class Dispatcher:
                     self._cond.wait()
                 if not self._pending and not self._running:
                     return
+                if len(self._pending) < BATCH and self._running:
+                    # Let a batch gather (RocketMQ's reput loop sleeps 1 ms too): waking this
+                    # thread for every single put costs more than the put itself.
+                    self._cond.wait(GATHER_S)
                 batch, self._pending = self._pending, []
                 self._busy = True
             try:

@@ -2,6 +2,8 @@
 
 Group commit: each put waits until the log is flushed past its end; one flusher thread
 fdatasyncs on behalf of every put that arrived meanwhile, so concurrent puts share fsyncs.
+Like PostgreSQL's commit_delay, the flusher holds an fsync back (up to `delay_s`) while
+other puts are still being written, so that one fsync covers them too.
 """
 
 from __future__ import annotations
@@ -12,10 +14,16 @@ from collections.abc import Callable
 
 
 class GroupCommitService:
-    def __init__(self, flush: Callable[[], int], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, flush: Callable[[], int], timeout_s: float = 5.0, delay_s: float = 0.002
+    ) -> None:
         self._flush = flush  # flushes the log, returns the flushed offset
         self._timeout_s = timeout_s  # syncFlushTimeout
-        self._cond = threading.Condition()
+        self._delay_s = delay_s
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # puts wait here for a flush
+        self._work = threading.Condition(self._lock)  # the flusher waits here for puts
+        self._writing = 0  # puts between begin() and wait_flushed()
         self._waiting = 0
         self._flushed = 0
         self._running = True
@@ -25,14 +33,26 @@ class GroupCommitService:
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
         self._thread.start()
 
+    def begin(self) -> None:
+        """A put is about to write: the next fsync may wait for it (see `delay_s`)."""
+        with self._cond:
+            self._writing += 1
+
+    def abandon(self) -> None:
+        """The put that called `begin` wrote nothing (it was refused)."""
+        with self._cond:
+            self._writing -= 1
+            self._work.notify()
+
     def wait_flushed(self, offset: int) -> bool:
         """Block until the log is on disk up to `offset`; False on timeout or flush failure."""
         with self._cond:
+            self._writing -= 1
             self.puts += 1
             if self._flushed >= offset:
                 return True
             self._waiting += 1
-            self._cond.notify_all()
+            self._work.notify()  # the flusher only: other puts have nothing to check
             ok = self._cond.wait_for(
                 lambda: self._flushed >= offset or self.error is not None, self._timeout_s
             )
@@ -41,9 +61,10 @@ class GroupCommitService:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._waiting > 0 or not self._running)
+                self._work.wait_for(lambda: self._waiting > 0 or not self._running)
                 if not self._running:
                     return
+                self._work.wait_for(lambda: self._writing <= 0, self._delay_s)
                 self._waiting = 0
             try:
                 flushed = self._flush()  # outside the lock: puts keep arriving meanwhile
@@ -60,7 +81,7 @@ class GroupCommitService:
     def stop(self) -> None:
         with self._cond:
             self._running = False
-            self._cond.notify_all()
+            self._work.notify()
         self._thread.join()
 
 

@@ -134,11 +134,18 @@ class MessageStore:
             )
         limit = self.config.max_message_size
         prepared = [codec.prepare(m, limit) for m in msgs]
-        results = self.commit_log.put(prepared)
-        if self._group_commit is not None and results:
-            last = results[-1]
-            if not self._group_commit.wait_flushed(last.phys_offset + last.size):
-                raise FlushTimeout(f"flush of offset {last.phys_offset} did not complete")
+        gc = self._group_commit
+        if gc is None:
+            return self.commit_log.put(prepared)
+        gc.begin()
+        try:
+            results = self.commit_log.put(prepared)
+        except BaseException:
+            gc.abandon()
+            raise
+        end = results[-1].phys_offset + results[-1].size if results else 0
+        if not gc.wait_flushed(end):
+            raise FlushTimeout(f"the log was not flushed up to {end} in time")
         return results
 
     # -- reads -----------------------------------------------------------------------------
