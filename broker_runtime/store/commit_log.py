@@ -70,32 +70,52 @@ class CommitLog:
         with self.lock:
             now = self.clock.now_ms()
             qtable = self.queue_offsets
-            f = self.segments.last_file()
-            base = f.end_offset
-            room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
-            buf = bytearray()
-            for p in batch:
-                if p.size > room - len(buf):
-                    buf += codec.blank_record(room + codec.END_FILE_MIN_BLANK_LENGTH - len(buf))
-                    f.append(buf)
-                    f = self.segments.last_file()
-                    base, buf = f.end_offset, bytearray()
-                    room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
-                phys = base + len(buf)
-                topic, qid = key = (p.topic, p.queue_id)
-                qo = qtable.get(key, 0)
-                qtable[key] = qo + 1
-                encode_into(buf, p, qo, phys, now, store_ip, store_port)
-                results.append(
-                    new(
-                        DispatchRequest,
-                        (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys),
+            taken: dict[tuple[str, int], int] = {}  # into qtable only once all is written
+            start = self.segments.max_offset
+            try:
+                f = self.segments.last_file()
+                base = f.end_offset
+                room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
+                buf = bytearray()
+                for p in batch:
+                    if p.size > room - len(buf):
+                        buf += codec.blank_record(room + codec.END_FILE_MIN_BLANK_LENGTH - len(buf))
+                        f.append(buf)
+                        f = self.segments.last_file()
+                        base, buf = f.end_offset, bytearray()
+                        room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
+                    phys = base + len(buf)
+                    topic, qid = key = (p.topic, p.queue_id)
+                    qo = taken.get(key)
+                    if qo is None:
+                        qo = qtable.get(key, 0)
+                    taken[key] = qo + 1
+                    encode_into(buf, p, qo, phys, now, store_ip, store_port)
+                    results.append(
+                        new(
+                            DispatchRequest,
+                            (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys),
+                        )
                     )
-                )
-            if buf:
-                f.append(buf)
+                if buf:
+                    f.append(buf)
+            except BaseException:
+                self._undo(start)
+                raise
+            qtable.update(taken)
             self._on_dispatch(results)
         return results
+
+    def _undo(self, start: int) -> None:
+        """Take back a failed put: nothing it wrote may stay readable or be recovered later."""
+        end = self.segments.max_offset
+        self.segments.truncate(start)  # later files go; the last one now ends at `start`
+        if self.segments.files:
+            f = self.segments.files[-1]
+            rel = start - f.file_from_offset
+            stop = min(end - f.file_from_offset, f.file_size)
+            if stop > rel:
+                f.write_at(rel, bytes(stop - rel))
 
     def read(self, phys_offset: int, size: int) -> bytes | None:
         """The `size` bytes at `phys_offset`, or None if they are not (or no longer) in the log."""

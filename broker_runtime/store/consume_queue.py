@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from broker_runtime.store.mapped_file import MappedFile
 from broker_runtime.store.segment_queue import SegmentQueue
 
 ENTRY = struct.Struct(">qiq")
@@ -171,7 +172,7 @@ class ConsumeQueue:
 
     def correct_min_offset(self, log_min_offset: int) -> None:
         """After log files expired, the first entry still pointing into the log becomes the min."""
-        qo = self.min_queue_offset
+        qo = max(self.min_queue_offset, self.segments.min_offset // ENTRY_SIZE)
         while qo < self.max_offset:
             e = self.get(qo)
             if e is None or (e.size != 0x7FFFFFFF and e.phys_offset >= log_min_offset):
@@ -181,12 +182,13 @@ class ConsumeQueue:
 
     def delete_expired(self, log_min_offset: int) -> int:
         """Delete whole files whose every entry points below the log's first offset."""
-        per_file = self.segments.file_size // ENTRY_SIZE
 
-        def expired(f: object) -> bool:
-            from_qo = self.segments.files[0].file_from_offset // ENTRY_SIZE
-            last = self.get(from_qo + per_file - 1)
-            return last is not None and last.phys_offset + last.size <= log_min_offset
+        def expired(f: MappedFile) -> bool:
+            # The file's last entry, read from the file: get() stops at min_queue_offset.
+            phys: int
+            size: int
+            phys, size, _ = ENTRY.unpack_from(f.view, f.file_size - ENTRY_SIZE)
+            return size != 0 and phys + size <= log_min_offset
 
         deleted = self.segments.delete_files(expired)
         self.correct_min_offset(log_min_offset)

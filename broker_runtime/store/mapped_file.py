@@ -67,10 +67,13 @@ class MappedFile:
         """Overwrite bytes at a file-relative position (recovery zeroes a torn tail with it)."""
         os.pwrite(self._fd, data, pos)
 
-    def flush(self) -> int:
-        """fdatasync what was written since the last flush; returns the flushed position."""
+    def flush(self, force: bool = False) -> int:
+        """fdatasync what was written since the last flush (or anyway, if `force`).
+
+        Returns the flushed position.
+        """
         target = self.wrote_position
-        if target > self.flushed_position:
+        if force or target > self.flushed_position:
             os.fdatasync(self._fd)
             self.flushed_position = target
         return self.flushed_position

@@ -184,7 +184,8 @@ class MessageStore:
         if raw is None:
             return None
         try:
-            codec.check_unit(raw, 0, len(raw))
+            if codec.check_unit(raw, 0, len(raw)) < 0:
+                return None  # the blank unit closing a segment
         except codec.RecordError:
             return None
         return codec.decode(raw)

@@ -44,6 +44,7 @@ HEADER_SIZE = HEADER.size  # 88
 _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
+_FIELDS = struct.Struct(">iiiqiq")  # the per-message header fields, range-checked in prepare
 _BLANK = struct.Struct(">ii")
 _CRC_OFFSET = 8
 
@@ -136,15 +137,23 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
     n = len(props)
     if text.count(NAME_VALUE_SEPARATOR) != n or text.count(PROPERTY_SEPARATOR) != n:
         raise MessageRejected("a property name or value contains a \\x01 or \\x02 separator")
-    raw_props = text.encode()
+    try:
+        born = _host_bytes(msg.born_host)
+        raw_props = text.encode()
+        _FIELDS.pack(
+            msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp,
+            msg.reconsume_times, msg.prepared_transaction_offset,
+        )  # fmt: skip
+    except (UnicodeEncodeError, struct.error, OSError, TypeError, ValueError) as e:
+        # Refused here: a failure inside CommitLog.put would leave a queue-offset gap.
+        raise MessageRejected(f"message cannot be encoded: {e}") from e
     if len(raw_props) > MAX_PROPERTIES_LENGTH:
         raise MessageRejected(
             f"properties are {len(raw_props)} bytes encoded, the limit is {MAX_PROPERTIES_LENGTH}"
         )
-    if not 0 <= msg.queue_id < 1 << 31:
-        raise MessageRejected(f"queue id {msg.queue_id} is out of range")
+    if msg.queue_id < 0:
+        raise MessageRejected(f"queue id {msg.queue_id} is negative")
     raw_topic = topic.encode()
-    born = _host_bytes(msg.born_host)
     return _new_prepared(
         Prepared,
         (

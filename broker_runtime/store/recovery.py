@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_runtime.store.checkpoint import Checkpoint
@@ -70,7 +71,7 @@ def _truncate_log(store: MessageStore, end: int, report: RecoveryReport) -> None
     saved_dir = store.root / "recovery"
     for f in [f for f in segs.files if f.file_from_offset > end]:
         saved_dir.mkdir(exist_ok=True)
-        target = saved_dir / f"{f.path.name}.segment"
+        target = _unused(saved_dir / f"{f.path.name}.segment")
         report.truncated_bytes += _last_nonzero(f, 0)
         f.path.rename(target)
         report.saved.append(str(target))
@@ -82,13 +83,22 @@ def _truncate_log(store: MessageStore, end: int, report: RecoveryReport) -> None
     dirty_end = _last_nonzero(last, rel)
     if dirty_end > rel:
         saved_dir.mkdir(exist_ok=True)
-        target = saved_dir / f"{segment_name(end)}.torn"
+        target = _unused(saved_dir / f"{segment_name(end)}.torn")
         target.write_bytes(bytes(last.view[rel:dirty_end]))
         report.saved.append(str(target))
         report.truncated_bytes += dirty_end - rel
         last.write_at(rel, bytes(dirty_end - rel))
-        last.flush()
+        last.flush(force=True)
     last.wrote_position = last.flushed_position = rel
+
+
+def _unused(path: Path) -> Path:
+    """`path`, or `path.1`, `path.2`...: an earlier recovery's copy is never overwritten."""
+    n, candidate = 0, path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
 
 
 def recover(store: MessageStore) -> RecoveryReport:
@@ -115,7 +125,7 @@ def recover(store: MessageStore) -> RecoveryReport:
         report.consume_queue_entries_dropped += cq.truncate_dirty(end)
         cq.correct_min_offset(segs.min_offset)
     index = store.index
-    if index is not None and index.max_indexed_phys_offset() >= end:
+    if index is not None and index.files and index.max_indexed_phys_offset() >= end:
         index.truncate_from(end)
         report.index_truncated = True
 

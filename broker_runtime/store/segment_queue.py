@@ -39,10 +39,11 @@ class SegmentQueue:
 
     @property
     def flushed_offset(self) -> int:
-        if not self.files:
-            return 0
-        last = self.files[-1]
-        return last.file_from_offset + last.flushed_position
+        """End of the longest prefix of the queue that is on disk (every file, not the last)."""
+        for f in self.files:
+            if f.flushed_position < self.file_size:
+                return f.file_from_offset + f.flushed_position
+        return self.max_offset
 
     def last_file(self, start_offset: int = 0) -> MappedFile:
         """The file to append to, rolling to a new one when the last is full."""
