@@ -36,7 +36,7 @@ class StoreConfig:
     def __post_init__(self) -> None:
         if self.segment_size < 4096:
             raise ValueError(f"segment_size {self.segment_size} is below 4096 bytes")
-        if self.max_message_size + 512 > self.segment_size:
-            object.__setattr__(self, "max_message_size", self.segment_size - 512)
+        if self.max_message_size > self.segment_size - 8:  # a unit must fit an empty segment
+            object.__setattr__(self, "max_message_size", self.segment_size - 8)
         if not 0 < self.disk_max_used_ratio <= self.disk_force_clean_ratio <= 1:
             raise ValueError("disk ratios must satisfy 0 < max_used <= force_clean <= 1")

@@ -154,10 +154,13 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
     if msg.queue_id < 0:
         raise MessageRejected(f"queue id {msg.queue_id} is negative")
     raw_topic = topic.encode()
+    size = HEADER_SIZE + len(body) + 3 + len(raw_topic) + len(raw_props)
+    if size > max_message_size:  # RocketMQ's CommitLog limits the whole unit, not the body
+        raise MessageRejected(f"message unit is {size} bytes, maxMessageSize is {max_message_size}")
     return _new_prepared(
         Prepared,
         (
-            HEADER_SIZE + len(body) + 3 + len(raw_topic) + len(raw_props),
+            size,
             zlib.crc32(body) & 0x7FFFFFFF,
             msg.queue_id,
             msg.flag,

@@ -162,7 +162,7 @@ def test_message_filling_a_segment_to_the_last_8_bytes(small_config: StoreConfig
     # 88 + 65000 + 3 + len("T") + len("k\x01" + v + "\x02") == SEG - 8 for len(v) == 433.
     fits = Message("T", b"b" * 65000, {"k": "v" * 433})
     too_big = Message("T", b"b" * 65000, {"k": "v" * 434})
-    assert small_config.max_message_size == SEG - 512
+    assert small_config.max_message_size == SEG - 8
     with MessageStore(small_config) as store:
         with pytest.raises(MessageRejected):  # could not fit even an empty segment
             store.put_message(too_big)
@@ -407,7 +407,9 @@ def test_body_over_max_message_size_is_refused(tmp_path: Path) -> None:
         with pytest.raises(MessageRejected):
             store.put_messages([Message("Big", b"ok"), Message("Big", bytes(4 * 1024 * 1024 + 1))])
         assert store.commit_log.max_offset == end
-        limit = b"\x02" * (4 * 1024 * 1024)  # exactly maxMessageSize is accepted
+        with pytest.raises(MessageRejected):  # the limit is on the whole unit (94 bytes here)
+            store.put_message(Message("Big", b"\x02" * (4 * 1024 * 1024 - 93)))
+        limit = b"\x02" * (4 * 1024 * 1024 - 94)  # a unit of exactly maxMessageSize is accepted
         r = store.put_message(Message("Big", limit))
         assert r.queue_offset == 1
         store.wait_dispatched()
@@ -416,12 +418,12 @@ def test_body_over_max_message_size_is_refused(tmp_path: Path) -> None:
 
 def test_max_message_size_is_clamped_to_the_segment(tmp_path: Path) -> None:
     cfg = StoreConfig(store_dir=tmp_path / "s", segment_size=64 * 1024)
-    assert cfg.max_message_size == 64 * 1024 - 512
+    assert cfg.max_message_size == 64 * 1024 - 8
     with MessageStore(cfg) as store:
         with pytest.raises(MessageRejected):
-            store.put_message(Message("T", bytes(64 * 1024 - 511)))
+            store.put_message(Message("T", bytes(64 * 1024 - 8 - 91)))  # a 65529-byte unit
         assert store.commit_log.max_offset == 0
-        store.put_message(Message("T", bytes(64 * 1024 - 512)))
+        store.put_message(Message("T", bytes(64 * 1024 - 8 - 92)))
 
 
 def test_bad_header_int_rejects_the_whole_batch(small_config: StoreConfig) -> None:
