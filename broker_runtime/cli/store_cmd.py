@@ -10,7 +10,7 @@ from pathlib import Path
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.store import inspect
 from broker_runtime.store.bench import run_bench
-from broker_runtime.store.message_store import MessageStore
+from broker_runtime.store.message_store import MessageStore, read_layout
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     recover = cmds.add_parser("recover", help="run the recovery a broker runs at start")
     recover.add_argument("--store", type=Path, required=True)
-    recover.add_argument("--segment-size", type=int, default=None, help="default: from files")
+    recover.add_argument(
+        "--segment-size", type=int, default=None, help="default: as the store was created"
+    )
     recover.set_defaults(func=cmd_recover)
 
     dump = cmds.add_parser("dump", help="messages as JSON lines (read-only)")
@@ -83,14 +85,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     _require_store(args.store)
-    segment_size = args.segment_size
-    if segment_size is None:
+    layout = read_layout(args.store)
+    if layout is None:  # a store from elsewhere: take the segment size from its files
         files = sorted((args.store / "commitlog").glob("[0-9]" * 20))
-        segment_size = files[0].stat().st_size if files else 1 << 30
-    cq_files = sorted((args.store / "consumequeue").glob("*/*/" + "[0-9]" * 20))
-    per_file = cq_files[0].stat().st_size // 20 if cq_files else 300_000
+        layout = {"segment_size": files[0].stat().st_size} if files else {}
+    if args.segment_size is not None:
+        layout["segment_size"] = args.segment_size
+    d = StoreConfig(store_dir=args.store)
     config = StoreConfig(
-        store_dir=args.store, segment_size=segment_size, cq_entries_per_file=per_file
+        store_dir=args.store,
+        segment_size=layout.get("segment_size", d.segment_size),
+        cq_entries_per_file=layout.get("cq_entries_per_file", d.cq_entries_per_file),
+        index_hash_slots=layout.get("index_hash_slots", d.index_hash_slots),
+        index_max_entries=layout.get("index_max_entries", d.index_max_entries),
     )
     store = MessageStore(config)
     report = store.recovery

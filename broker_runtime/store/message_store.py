@@ -18,6 +18,7 @@ from broker_runtime.common.message import (
     encode_host,
 )
 from broker_runtime.common.topics import validate_topic
+from broker_runtime.offsets.json_file import read_with_backup, write_atomic
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.checkpoint import Checkpoint
 from broker_runtime.store.cleanup import CleanupPolicy, CleanupReport
@@ -59,6 +60,7 @@ class MessageStore:
         self.clock = clock or SystemClock()
         self.root = Path(config.store_dir)
         self.root.mkdir(parents=True, exist_ok=True)
+        check_layout(self.root, config)
         self.cq_root = self.root / "consumequeue"
         self.abort_file = self.root / "abort"
         self.checkpoint_file = self.root / "checkpoint"
@@ -261,3 +263,24 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+LAYOUT_FILE = Path("config") / "storeLayout.json"
+_LAYOUT_KEYS = ("segment_size", "cq_entries_per_file", "index_hash_slots", "index_max_entries")
+
+
+def read_layout(root: Path) -> dict[str, int] | None:
+    """The file sizes a store was created with (so tools can open it without flags)."""
+    data = read_with_backup(root / LAYOUT_FILE)
+    return {k: int(data[k]) for k in _LAYOUT_KEYS} if data else None
+
+
+def check_layout(root: Path, config: StoreConfig) -> None:
+    """Record the file sizes of a new store; refuse to open an existing one with others."""
+    want = {k: int(getattr(config, k)) for k in _LAYOUT_KEYS}
+    have = read_layout(root)
+    if have is None:
+        write_atomic(root / LAYOUT_FILE, want)
+    elif have != want:
+        diff = {k: (have[k], want[k]) for k in _LAYOUT_KEYS if have[k] != want[k]}
+        raise ValueError(f"{root} was created with other file sizes (stored, given): {diff}")
