@@ -237,3 +237,28 @@ def test_commands_need_a_commitlog(tmp_path: Path, command: str) -> None:
         assert proc.stdout == ""
         assert "no commitlog" in proc.stderr and str(target) in proc.stderr
     assert list(empty.iterdir()) == []  # nothing created
+
+
+def test_recover_opens_a_store_with_its_own_file_sizes(tmp_path: Path) -> None:
+    from broker_runtime.common.config import StoreConfig
+    from broker_runtime.common.message import Message
+    from broker_runtime.store.message_store import MessageStore
+
+    config = StoreConfig(
+        store_dir=tmp_path / "s",
+        segment_size=64 * 1024,
+        cq_entries_per_file=32,
+        index_hash_slots=16,
+        index_max_entries=64,
+    )
+    with MessageStore(config) as store:
+        store.put_messages([Message("T", b"x" * 500, {"KEYS": f"k{i}"}) for i in range(300)])
+    (config.store_dir / "abort").touch()  # as if the broker had died
+    proc = mqaudit("store", "recover", "--store", config.store_dir)
+    assert proc.returncode == 0, proc.stderr
+    report = one_json_line(proc)
+    assert report["unclean_shutdown"] is True
+    assert report["truncated_bytes"] == 0
+    with pytest.raises(ValueError, match="other file sizes"):
+        MessageStore(StoreConfig(store_dir=config.store_dir, segment_size=64 * 1024))
+    assert mqaudit("store", "verify", "--store", config.store_dir).returncode == 0
