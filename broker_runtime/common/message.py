@@ -62,20 +62,11 @@ def string_to_properties(text: str) -> dict[str, str]:
     return out
 
 
-@dataclass(slots=True)
-class Message:
-    """A message on its way into the store (what a send request carries)."""
+class _Properties:
+    """TAGS, KEYS and UNIQ_KEY read from a message's properties."""
 
-    topic: str
-    body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
-    queue_id: int = 0
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: HostPort = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
+    __slots__ = ()
+    properties: dict[str, str]
 
     @property
     def tags(self) -> str | None:
@@ -91,7 +82,23 @@ class Message:
 
 
 @dataclass(slots=True)
-class StoredMessage:
+class Message(_Properties):
+    """A message on its way into the store (what a send request carries)."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int = 0
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: HostPort = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(slots=True)
+class StoredMessage(_Properties):
     """One message unit read back from the CommitLog, every header field included."""
 
     total_size: int
@@ -111,18 +118,6 @@ class StoredMessage:
     body: bytes
     topic: str
     properties: dict[str, str]
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.properties.get(KEYS)
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(UNIQ_KEY)
 
     @property
     def msg_id(self) -> str:
