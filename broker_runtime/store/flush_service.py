@@ -8,9 +8,12 @@ other puts are still being written, so that one fsync covers them too.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class GroupCommitService:
@@ -103,7 +106,8 @@ class PeriodicService:
                 if now >= due[i]:
                     try:
                         task()
-                    except Exception as e:  # keep the other tasks running; the store reports it
+                    except Exception as e:  # keep the other tasks running, and say so
+                        log.exception("background task %s failed", getattr(task, "__name__", task))
                         self.errors.append(e)
                     due[i] = now + interval
             self._stop.wait(max(0.0, min(due) - time.monotonic()))

@@ -24,7 +24,6 @@ class MappedFile:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
-        self.readonly = readonly
         self._fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
         if size != file_size and (readonly or size > file_size):

@@ -106,7 +106,7 @@ class MessageStore:
     def _load_consume_queues(self) -> None:
         if not self.cq_root.is_dir():
             return
-        for topic_dir in sorted(self.cq_root.iterdir()):
+        for topic_dir in sorted(p for p in self.cq_root.iterdir() if p.is_dir()):
             for qdir in sorted(topic_dir.iterdir()):
                 if qdir.is_dir() and _QUEUE_DIR.fullmatch(qdir.name):
                     self.consume_queue(topic_dir.name, int(qdir.name))
