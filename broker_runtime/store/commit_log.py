@@ -125,7 +125,10 @@ class CommitLog:
         rel = phys_offset - f.file_from_offset
         if rel + size > f.wrote_position:
             return None
-        return bytes(f.view[rel : rel + size])
+        try:
+            return bytes(f.view[rel : rel + size])
+        except ValueError:  # cleanup closed the file after we found it
+            return None
 
     def scan(
         self, start: int, *, check_crc: bool = True, stop: ScanStop | None = None

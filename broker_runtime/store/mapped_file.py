@@ -83,8 +83,11 @@ class MappedFile:
     def close(self) -> None:
         if self._fd < 0:
             return
-        self.view.release()
-        self._map.close()
+        try:
+            self.view.release()
+            self._map.close()
+        except BufferError:
+            pass  # a reader still holds a slice: the mapping goes away when it lets go
         os.close(self._fd)
         self._fd = -1
 

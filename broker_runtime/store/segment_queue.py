@@ -62,8 +62,13 @@ class SegmentQueue:
         """The file holding `offset`, or None if it lies outside the queue."""
         if not self.files or offset < self.min_offset or offset >= self.max_offset:
             return None
+        files = self.files
         index = (offset - self.min_offset) // self.file_size
-        return self.files[index]
+        if not 0 <= index < len(files):
+            return None
+        f = files[index]
+        # Cleanup may drop the first file between the two reads above (readers take no lock).
+        return f if f.file_from_offset <= offset < f.file_from_offset + self.file_size else None
 
     def flush(self) -> int:
         """fdatasync every file written since the last flush; returns the flushed offset."""
