@@ -7,7 +7,6 @@ Segment sizes are taken from the files themselves.
 from __future__ import annotations
 
 import base64
-import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -90,15 +89,11 @@ def units(
                 break
             if size < 0:
                 break
-            if report is not None:
-                b = pos + codec.HEADER_SIZE
-                body_len = struct.unpack_from(">i", view, b - 4)[0]
-                crc = struct.unpack_from(">i", view, pos + 8)[0]
-                if codec.body_crc(view[b : b + body_len]) != crc:
-                    report.bad_crcs += 1
-                    report.problems.append(
-                        Problem("bad_crc", f"{f.path.name}+{pos}", "BODYCRC does not match")
-                    )
+            if report is not None and not codec.crc_ok(view, pos):
+                report.bad_crcs += 1
+                report.problems.append(
+                    Problem("bad_crc", f"{f.path.name}+{pos}", "BODYCRC does not match")
+                )
             yield f.file_from_offset + pos, view, pos
             pos += size
 

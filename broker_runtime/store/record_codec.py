@@ -45,7 +45,6 @@ _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
 _FIELDS = struct.Struct(">iiiqiq")  # the per-message header fields, range-checked in prepare
-_BLANK = struct.Struct(">ii")
 _CRC_OFFSET = 8
 
 
@@ -154,7 +153,7 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
     if msg.queue_id < 0:
         raise MessageRejected(f"queue id {msg.queue_id} is negative")
     raw_topic = topic.encode()
-    size = HEADER_SIZE + len(body) + 3 + len(raw_topic) + len(raw_props)
+    size = record_size(len(body), len(raw_topic), len(raw_props))
     if size > max_message_size:  # RocketMQ's CommitLog limits the whole unit, not the body
         raise MessageRejected(f"message unit is {size} bytes, maxMessageSize is {max_message_size}")
     return _new_prepared(
@@ -198,9 +197,18 @@ def encode_into(
     out += p[11]
 
 
+def crc_ok(buf: Buffer, pos: int) -> bool:
+    """Whether the BODYCRC of the structurally checked unit at `pos` matches its body."""
+    view = memoryview(buf)
+    crc = int.from_bytes(view[pos + _CRC_OFFSET : pos + _CRC_OFFSET + 4], "big", signed=True)
+    b = pos + HEADER_SIZE
+    body_len = int.from_bytes(view[b - 4 : b], "big", signed=True)
+    return body_crc(view[b : b + body_len]) == crc
+
+
 def blank_record(length: int) -> bytes:
     """The end-of-file unit filling the last `length` bytes of a segment."""
-    return _BLANK.pack(length, BLANK_MAGIC) + bytes(length - END_FILE_MIN_BLANK_LENGTH)
+    return _PREFIX.pack(length, BLANK_MAGIC) + bytes(length - END_FILE_MIN_BLANK_LENGTH)
 
 
 def check_unit(buf: Buffer, pos: int, limit: int, *, check_crc: bool = True) -> int:
@@ -234,11 +242,8 @@ def check_unit(buf: Buffer, pos: int, limit: int, *, check_crc: bool = True) -> 
     props_len = int.from_bytes(view[t + 1 + topic_len : t + 3 + topic_len], "big", signed=True)
     if record_size(body_len, topic_len, props_len) != total:
         raise RecordError("bad_lengths", pos, f"field lengths do not add up to {total}")
-    if check_crc:
-        crc = int.from_bytes(view[pos + _CRC_OFFSET : pos + _CRC_OFFSET + 4], "big", signed=True)
-        b = pos + HEADER_SIZE
-        if body_crc(view[b : b + body_len]) != crc:
-            raise RecordError("bad_crc", pos, "BODYCRC does not match the body")
+    if check_crc and not crc_ok(view, pos):
+        raise RecordError("bad_crc", pos, "BODYCRC does not match the body")
     return total
 
 
