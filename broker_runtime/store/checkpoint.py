@@ -8,6 +8,7 @@ ConsumeQueues and the index were flushed @32. Recovery starts from the smaller o
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from dataclasses import dataclass
@@ -40,16 +41,7 @@ class Checkpoint:
         try:
             if os.fstat(fd).st_size != FILE_SIZE:
                 os.ftruncate(fd, FILE_SIZE)
-            os.pwrite(fd, _LAYOUT.pack(*self.as_tuple()), 0)
+            os.pwrite(fd, _LAYOUT.pack(*dataclasses.astuple(self)), 0)
             os.fdatasync(fd)
         finally:
             os.close(fd)
-
-    def as_tuple(self) -> tuple[int, int, int, int, int]:
-        return (
-            self.phys_timestamp,
-            self.logics_timestamp,
-            self.index_timestamp,
-            self.phys_flushed_offset,
-            self.logics_flushed_offset,
-        )
