@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= demo-out
 
-.PHONY: venv demo test check bench lock clean
+.PHONY: venv system-deps demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,17 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# Debian servers the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis).
+# Needs root and apt; elsewhere install them by hand, or the tests that need them skip
+# (they fail instead when CI=true).
+SYSTEM_PACKAGES := postgresql redis-server
+system-deps:
+	@if command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "system packages present"; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
+	fi
 
 demo: $(STAMP)
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
