@@ -1,9 +1,15 @@
-"""`mqaudit`: the command line of the broker runtime and, later, the audit pipeline."""
+"""`mqaudit`: the command line of the broker runtime and of the audit pipeline.
+
+The broker's own commands are registered here; downstream packages (the pipeline, the demo)
+add theirs through the `mqaudit.commands` entry points declared in pyproject.toml, so that
+`broker_runtime` never imports them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import entry_points
 
 from broker_runtime.cli import demo_cmd, store_cmd
 from broker_runtime.common.topics import InvalidNameError
@@ -15,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     store_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
+    for ep in sorted(entry_points(group="mqaudit.commands"), key=lambda e: e.name):
+        ep.load()(sub)
     return parser
 
 
