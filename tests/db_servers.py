@@ -221,3 +221,16 @@ def redis_url(redis_base_url: str) -> Iterator[str]:
     with redis.Redis.from_url(redis_base_url) as r:
         r.flushall()
     yield redis_base_url
+
+
+# -- ledger databases -----------------------------------------------------------------------
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)],
+)
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A ledger database URL: a SQLite file in WAL mode, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger' / 'test.db'}"
+    return str(request.getfixturevalue("postgres_url"))

@@ -119,6 +119,10 @@ class ConsumerLedger:
         if unknown:
             raise LogError(f"no message_log rows with ids {unknown[:10]}")
 
+    def close(self) -> None:
+        """Close the pooled connections (the engine can be used again afterwards)."""
+        self.engine.dispose()
+
     def rows(self, msg_id: str | None = None) -> list[dict[str, Any]]:
         """Log rows as dicts, oldest first; all of them, or those of one message."""
         query = select(message_log).order_by(message_log.c.id)

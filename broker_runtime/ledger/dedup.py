@@ -124,6 +124,10 @@ class SqlDedupStore:
         )
         run_tx(self.engine, lambda conn: conn.execute(stmt))
 
+    def close(self) -> None:
+        """Close the pooled connections (the engine can be used again afterwards)."""
+        self.engine.dispose()
+
     def status(self, group: str, msg_id: str) -> tuple[DedupStatus, int | None] | None:
         """(status, expire_at) of a message, or None when the table has no row for it."""
         query = select(consume_dedup.c.status, consume_dedup.c.expire_at).where(

@@ -252,6 +252,10 @@ class ProducerLedger:
         if unknown:
             raise StubError("void", unknown)
 
+    def close(self) -> None:
+        """Close the pooled connections (the engine can be used again afterwards)."""
+        self.engine.dispose()
+
     def get(self, msg_id: str) -> dict[str, Any] | None:
         """One stub as a dict of its columns, or None."""
 
