@@ -68,7 +68,7 @@ class SqlDedupStore:
         def work(conn: Connection) -> Claim:
             insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
             stmt = insert(consume_dedup).values(row).on_conflict_do_nothing()
-            if conn.execute(stmt).rowcount == 1:
+            if conn.execute(stmt.returning(consume_dedup.c.msg_id)).first() is not None:
                 return Claim.ACQUIRED
             # Take over an expired hold; the WHERE is re-checked under the row lock, so of
             # two consumers racing for it only one updates the row.
