@@ -60,6 +60,15 @@ class ConsumerLedger:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self.clock = clock or SystemClock()
+        # Built once: statement construction costs more than a small SQLite transaction.
+        self._receive = insert(message_log).returning(
+            message_log.c.id, sort_by_parameter_order=True
+        )
+        self._outcome = (
+            update(message_log)
+            .where(message_log.c.id == bindparam("b_id"))
+            .values(outcome=bindparam("b_outcome"), finished_at=bindparam("b_now"))
+        )
 
     @classmethod
     def open(cls, data_dir: Path | None, url: str | None = None, **options: Any) -> ConsumerLedger:
@@ -85,10 +94,9 @@ class ConsumerLedger:
             }
             for r in receipts
         ]
-        stmt = insert(message_log).returning(message_log.c.id, sort_by_parameter_order=True)
 
         def work(conn: Connection) -> list[int]:
-            return list(conn.execute(stmt, rows).scalars())
+            return list(conn.execute(self._receive, rows).scalars())
 
         return run_tx(self.engine, work)
 
@@ -97,15 +105,10 @@ class ConsumerLedger:
         if not outcomes:
             return
         now = self.clock.now_ms()
-        params = [{"b_id": i, "b_outcome": Outcome(o).value} for i, o in outcomes]
-        stmt = (
-            update(message_log)
-            .where(message_log.c.id == bindparam("b_id"))
-            .values(outcome=bindparam("b_outcome"), finished_at=now)
-        )
+        params = [{"b_id": i, "b_outcome": Outcome(o).value, "b_now": now} for i, o in outcomes]
 
         def work(conn: Connection) -> list[int]:
-            result = conn.execute(stmt, params)
+            result = conn.execute(self._outcome, params)
             if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(params):
                 return []
             ids = sorted({i for i, _ in outcomes})

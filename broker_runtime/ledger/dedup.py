@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -47,46 +47,72 @@ class SqlDedupStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        t = consume_dedup
+        # Built once: statement construction costs more than a small SQLite transaction.
+        insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        key = (t.c.group == bindparam("b_group")) & (t.c.msg_id == bindparam("b_msg_id"))
+        consuming = t.c.status == DedupStatus.CONSUMING.value
+        self._insert = (
+            insert(t)
+            .values(
+                group=bindparam("b_group"),
+                msg_id=bindparam("b_msg_id"),
+                status=DedupStatus.CONSUMING.value,
+                expire_at=bindparam("b_expire"),
+                updated_at=bindparam("b_now"),
+            )
+            .on_conflict_do_nothing()
+            .returning(t.c.msg_id)
+        )
+        # Take over an expired hold; the WHERE is re-checked under the row lock, so of two
+        # consumers racing for it only one updates the row.
+        self._takeover = (
+            update(t)
+            .where(key & consuming & (t.c.expire_at <= bindparam("b_now")))
+            .values(expire_at=bindparam("b_expire"), updated_at=bindparam("b_now"))
+        )
+        self._status = select(t.c.status, t.c.expire_at).where(key)
+        upsert = insert(t).values(
+            group=bindparam("b_group"),
+            msg_id=bindparam("b_msg_id"),
+            status=DedupStatus.CONSUMED.value,
+            expire_at=None,
+            updated_at=bindparam("b_now"),
+        )
+        self._finish = upsert.on_conflict_do_update(
+            index_elements=["group", "msg_id"],
+            set_={
+                "status": upsert.excluded.status,
+                "expire_at": None,
+                "updated_at": upsert.excluded.updated_at,
+            },
+        )
+        self._release = delete(t).where(key & consuming)
 
     @classmethod
-    def open(cls, data_dir: Path | None, url: str | None = None, **options: Any) -> SqlDedupStore:
+    def open(cls, data_dir: Path | None, url: str | None = None) -> SqlDedupStore:
         """The table in the consumer ledger (`DIR/ledger/consumer.db`) or at `url`."""
-        return cls(open_ledger(data_dir, "consumer", url, **options))
+        return cls(open_ledger(data_dir, "consumer", url))
 
     def claim(self, group: str, msg_id: str, now_ms: int, hold_ms: int) -> Claim:
         if hold_ms <= 0:
             raise ValueError(f"hold_ms must be > 0, got {hold_ms}")
-        key = (consume_dedup.c.group == group) & (consume_dedup.c.msg_id == msg_id)
-        row = {
-            "group": group,
-            "msg_id": msg_id,
-            "status": DedupStatus.CONSUMING.value,
-            "expire_at": now_ms + hold_ms,
-            "updated_at": now_ms,
+        params = {
+            "b_group": group,
+            "b_msg_id": msg_id,
+            "b_now": now_ms,
+            "b_expire": now_ms + hold_ms,
         }
 
         def work(conn: Connection) -> Claim:
-            insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-            stmt = insert(consume_dedup).values(row).on_conflict_do_nothing()
-            if conn.execute(stmt.returning(consume_dedup.c.msg_id)).first() is not None:
+            if conn.execute(self._insert, params).first() is not None:
                 return Claim.ACQUIRED
-            # Take over an expired hold; the WHERE is re-checked under the row lock, so of
-            # two consumers racing for it only one updates the row.
-            takeover = (
-                update(consume_dedup)
-                .where(key)
-                .where(consume_dedup.c.status == DedupStatus.CONSUMING.value)
-                .where(consume_dedup.c.expire_at <= now_ms)
-                .values(expire_at=now_ms + hold_ms, updated_at=now_ms)
-            )
-            if conn.execute(takeover).rowcount == 1:
+            if conn.execute(self._takeover, params).rowcount == 1:
                 return Claim.ACQUIRED
-            status = conn.execute(select(consume_dedup.c.status).where(key)).scalar()
-            if status == DedupStatus.CONSUMED:
-                return Claim.CONSUMED
-            if status is None:  # released between our insert and our look: try again
+            row = conn.execute(self._status, params).first()
+            if row is None:  # released between our insert and our look: try again
                 raise _Vanished
-            return Claim.IN_PROGRESS
+            return Claim.CONSUMED if row[0] == DedupStatus.CONSUMED else Claim.IN_PROGRESS
 
         for _ in range(3):
             try:
@@ -96,33 +122,12 @@ class SqlDedupStore:
         return Claim.IN_PROGRESS
 
     def finish(self, group: str, msg_id: str, now_ms: int) -> None:
-        row = {
-            "group": group,
-            "msg_id": msg_id,
-            "status": DedupStatus.CONSUMED.value,
-            "expire_at": None,
-            "updated_at": now_ms,
-        }
-
-        def work(conn: Connection) -> None:
-            insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-            stmt = insert(consume_dedup).values(row)
-            conn.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=["group", "msg_id"],
-                    set_={"status": stmt.excluded.status, "expire_at": None, "updated_at": now_ms},
-                )
-            )
-
-        run_tx(self.engine, work)
+        params = {"b_group": group, "b_msg_id": msg_id, "b_now": now_ms}
+        run_tx(self.engine, lambda conn: conn.execute(self._finish, params))
 
     def release(self, group: str, msg_id: str) -> None:
-        stmt = delete(consume_dedup).where(
-            (consume_dedup.c.group == group)
-            & (consume_dedup.c.msg_id == msg_id)
-            & (consume_dedup.c.status == DedupStatus.CONSUMING.value)
-        )
-        run_tx(self.engine, lambda conn: conn.execute(stmt))
+        params = {"b_group": group, "b_msg_id": msg_id}
+        run_tx(self.engine, lambda conn: conn.execute(self._release, params))
 
     def close(self) -> None:
         """Close the pooled connections (the engine can be used again afterwards)."""
@@ -130,12 +135,10 @@ class SqlDedupStore:
 
     def status(self, group: str, msg_id: str) -> tuple[DedupStatus, int | None] | None:
         """(status, expire_at) of a message, or None when the table has no row for it."""
-        query = select(consume_dedup.c.status, consume_dedup.c.expire_at).where(
-            (consume_dedup.c.group == group) & (consume_dedup.c.msg_id == msg_id)
-        )
+        params = {"b_group": group, "b_msg_id": msg_id}
 
         def work(conn: Connection) -> tuple[DedupStatus, int | None] | None:
-            row = conn.execute(query).first()
+            row = conn.execute(self._status, params).first()
             return None if row is None else (DedupStatus(row[0]), row[1])
 
         return run_tx(self.engine, work)

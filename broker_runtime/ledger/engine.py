@@ -85,7 +85,7 @@ def create_ledger_engine(
     """An engine for `url` (see module doc for the SQLite settings); tables are not created."""
     url = normalize_url(url)
     if url.startswith("postgresql"):
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url)
     if sqlite_synchronous.upper() not in SQLITE_SYNCHRONOUS:
         raise LedgerConfigError(f"sqlite_synchronous must be one of {SQLITE_SYNCHRONOUS}")
     database = make_url(url).database

@@ -84,12 +84,10 @@ class ResendBackoff:
         """The wait after the `send_count`-th send (1 = the original one)."""
         if send_count < 1:
             raise ValueError(f"send_count starts at 1, got {send_count}")
-        return int(min(self.max_ms, self.first_ms * self.factor ** (send_count - 1)))
-
-
-def _insert_ignoring_duplicates(conn: Connection) -> Any:
-    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    return dialect_insert(message_stub).on_conflict_do_nothing(index_elements=["msg_id"])
+        try:
+            return int(min(self.max_ms, self.first_ms * self.factor ** (send_count - 1)))
+        except OverflowError:
+            return self.max_ms
 
 
 class ProducerLedger:
@@ -103,10 +101,46 @@ class ProducerLedger:
         self.engine = engine
         self.clock = clock or SystemClock()
         self.backoff = backoff or ResendBackoff()
+        # Built once: statement construction costs more than a small SQLite transaction.
+        dialect_insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        self._record = (
+            dialect_insert(message_stub)
+            .on_conflict_do_nothing(index_elements=["msg_id"])
+            .returning(message_stub.c.msg_id)
+        )
+        self._confirm = (
+            update(message_stub)
+            .where(message_stub.c.msg_id == bindparam("b_msg_id"))
+            .values(
+                status=case(
+                    (message_stub.c.status == StubStatus.VOID.value, StubStatus.VOID.value),
+                    else_=StubStatus.CONFIRMED.value,
+                ),
+                broker=bindparam("b_broker"),
+                queue_id=bindparam("b_queue_id"),
+                queue_offset=bindparam("b_queue_offset"),
+                next_resend_at=None,
+                updated_at=bindparam("b_now"),
+            )
+        )
+        self._resent = (
+            update(message_stub)
+            .where(message_stub.c.msg_id == bindparam("b_msg_id"))
+            .values(
+                status=StubStatus.UNCONFIRMED.value,
+                send_count=bindparam("b_send_count"),
+                next_resend_at=bindparam("b_next"),
+                updated_at=bindparam("b_now"),
+            )
+        )
 
     @classmethod
     def open(cls, data_dir: Path | None, url: str | None = None, **options: Any) -> ProducerLedger:
-        """The ledger at `DIR/ledger/producer.db`, or in the database at `url`."""
+        """The ledger at `DIR/ledger/producer.db`, or in the database at `url`.
+
+        `options` go to the constructor; for engine settings build the engine with
+        `open_ledger` and pass it to `ProducerLedger(...)`.
+        """
         return cls(open_ledger(data_dir, "producer", url), **options)
 
     def record_before_send(self, stubs: Sequence[StubRecord]) -> list[str]:
@@ -134,8 +168,7 @@ class ProducerLedger:
         ]
 
         def work(conn: Connection) -> list[str]:
-            stmt = _insert_ignoring_duplicates(conn).returning(message_stub.c.msg_id)
-            inserted = set(conn.execute(stmt, rows).scalars())
+            inserted = set(conn.execute(self._record, rows).scalars())
             return [s.msg_id for s in stubs if s.msg_id not in inserted]
 
         return run_tx(self.engine, work)
@@ -148,34 +181,20 @@ class ProducerLedger:
         if not confirmations:
             return
         now = self.clock.now_ms()
-        stmt = (
-            update(message_stub)
-            .where(message_stub.c.msg_id == bindparam("b_msg_id"))
-            .values(
-                status=case(
-                    (message_stub.c.status == StubStatus.VOID.value, StubStatus.VOID.value),
-                    else_=StubStatus.CONFIRMED.value,
-                ),
-                broker=bindparam("b_broker"),
-                queue_id=bindparam("b_queue_id"),
-                queue_offset=bindparam("b_queue_offset"),
-                next_resend_at=None,
-                updated_at=now,
-            )
-        )
         params = [
             {
                 "b_msg_id": c.msg_id,
                 "b_broker": c.broker,
                 "b_queue_id": c.queue_id,
                 "b_queue_offset": c.queue_offset,
+                "b_now": now,
             }
             for c in confirmations
         ]
         ids = [c.msg_id for c in confirmations]
 
         def work(conn: Connection) -> list[str]:
-            result = conn.execute(stmt, params)
+            result = conn.execute(self._confirm, params)
             if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(params):
                 return []
             return self._missing(conn, ids)
@@ -193,16 +212,6 @@ class ProducerLedger:
         if not msg_ids:
             return {}
         now = self.clock.now_ms()
-        stmt = (
-            update(message_stub)
-            .where(message_stub.c.msg_id == bindparam("b_msg_id"))
-            .values(
-                status=StubStatus.UNCONFIRMED.value,
-                send_count=bindparam("b_send_count"),
-                next_resend_at=bindparam("b_next"),
-                updated_at=now,
-            )
-        )
 
         def work(conn: Connection) -> tuple[dict[str, int], list[str], list[str]]:
             counts: dict[str, int] = {}
@@ -218,10 +227,15 @@ class ProducerLedger:
                         counts[msg_id] = send_count + 1
             if counts:
                 params = [
-                    {"b_msg_id": m, "b_send_count": n, "b_next": now + self.backoff.delay_ms(n)}
+                    {
+                        "b_msg_id": m,
+                        "b_send_count": n,
+                        "b_next": now + self.backoff.delay_ms(n),
+                        "b_now": now,
+                    }
                     for m, n in counts.items()
                 ]
-                conn.execute(stmt, params)
+                conn.execute(self._resent, params)
             unknown = [m for m in dict.fromkeys(msg_ids) if m not in counts and m not in void]
             return counts, unknown, void
 

@@ -179,6 +179,14 @@ def test_resends_back_off_and_reopen_the_stub(producer: ProducerLedger, clock: F
     assert waits == [2000, 4000, 5000, 5000]  # doubling from 1 s, capped at 5 s
 
 
+def test_backoff_rule() -> None:
+    rule = ResendBackoff()
+    assert [rule.delay_ms(n) for n in (1, 2, 3)] == [60_000, 120_000, 240_000]
+    assert rule.delay_ms(7) == 3_600_000 and rule.delay_ms(100_000) == 3_600_000
+    with pytest.raises(ValueError, match="starts at 1"):
+        rule.delay_ms(0)
+
+
 def test_resending_void_or_unknown_stubs_is_refused(producer: ProducerLedger) -> None:
     producer.record_before_send([stub(1), stub(2)])
     producer.void(["U0002"])
