@@ -33,7 +33,7 @@ _TYPES: dict[str, DataType] = {
 }
 
 
-def _struct(spec: str) -> StructType:
+def struct_of(spec: str) -> StructType:
     """`name:type, ...` -> StructType (all nullable); keeps the tables below readable."""
     fields = []
     for item in spec.split(","):
@@ -44,14 +44,14 @@ def _struct(spec: str) -> StructType:
 
 # What the commitlog reader emits: header fields as stored, hosts as raw IPv4 + port,
 # properties as the raw `k\x01v\x02` string. Parsing happens nowhere else.
-RAW_MESSAGE = _struct(
+RAW_MESSAGE = struct_of(
     "broker:str, broker_id:int, phys_offset:long, total_size:int, body_crc:int, crc_ok:bool,"
     " queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long, born_ip:long,"
     " born_port:int, store_ts:long, store_ip:long, store_port:int, reconsume_times:int,"
     " prepared_tx_offset:long, body:bin, topic:str, properties_raw:str"
 )
 
-MESSAGES = _struct(
+MESSAGES = struct_of(
     "broker:str, broker_id:int, phys_offset:long, total_size:int, msg_id:str, topic:str,"
     " queue_id:int, queue_offset:long, uniq_key:str, keys:str, tags:str, born_ts:long,"
     " store_ts:long, reconsume_times:int, body_crc:int, crc_ok:bool, flag:int, sys_flag:int,"
@@ -63,28 +63,28 @@ MESSAGES = _struct(
 MESSAGES_PARTITIONS = ["broker", "store_date"]
 MESSAGES_KEY = ["broker", "broker_id", "phys_offset"]
 
-CONSUME_QUEUE = _struct(
+CONSUME_QUEUE = struct_of(
     "broker:str, broker_id:int, topic:str, queue_id:int, queue_offset:long, phys_offset:long,"
     " size:int, tags_code:long, ingest_run:long"
 )
 CONSUME_QUEUE_PARTITIONS = ["broker"]
 CONSUME_QUEUE_KEY = ["broker", "broker_id", "topic", "queue_id", "queue_offset"]
 
-CONSUMER_OFFSETS = _struct(
+CONSUMER_OFFSETS = struct_of(
     "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str, queue_id:int,"
     " committed_offset:long, max_offset:long, ingest_run:long"
 )
 CONSUMER_OFFSETS_KEY = ["broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"]
 
 # The ledgers, as the broker's ledger schema defines them (see the BRIEF's shared contract).
-MESSAGE_STUB = _struct(
+MESSAGE_STUB = struct_of(
     "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, status:str, send_count:int,"
     " broker:str, queue_id:int, queue_offset:long, next_resend_at:long, created_at:long,"
     " updated_at:long"
 )
 MESSAGE_STUB_KEY = ["msg_id"]
 
-MESSAGE_LOG = _struct(
+MESSAGE_LOG = struct_of(
     "id:long, msg_id:str, topic:str, group:str, client_id:str, broker:str, queue_id:int,"
     " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long"
 )
@@ -92,15 +92,15 @@ MESSAGE_LOG_KEY = ["id"]
 
 # Bytes that could not be parsed. `final` is false for a damaged tail at the end of the
 # written log: the next run looks at it again (it may have been a write in flight).
-QUARANTINE = _struct(
+QUARANTINE = struct_of(
     "broker:str, broker_id:int, file:str, position:long, log_offset:long, length:long,"
-    " reason:str, detail:str, final:bool, ingest_run:long"
+    " reason:str, detail:str, final:bool, first_run:long"
 )
 QUARANTINE_KEY = ["broker", "broker_id", "log_offset", "reason"]
 
 # One row per broker and source per run step: `planned` rows are written before any data
 # table, `done` rows after all of them (see pipeline.jobs.checkpoint).
-INGEST_CHECKPOINT = _struct(
+INGEST_CHECKPOINT = struct_of(
     "run:long, status:str, broker:str, broker_id:int, store_dir:str, source:str,"
     " start_offset:long, plan_end:long, next_offset:long, rows:long, quarantined:long,"
     " created_at:long"

@@ -77,8 +77,14 @@ def _data_end(path: Path, file_from: int) -> int:
             return end
 
 
-def plan_log(broker: Broker, start_offset: int, range_bytes: int = DEFAULT_RANGE_BYTES) -> LogPlan:
-    """Ranges covering the log from `start_offset` (a unit boundary) to its written end."""
+def plan_log(
+    broker: Broker,
+    start_offset: int,
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    until: int | None = None,
+) -> LogPlan:
+    """Ranges covering the log from `start_offset` (a unit boundary) to its written end
+    (or to `until`, a resumed run's recorded end, if that comes first)."""
     files = segment_files(broker.store_dir)
     if not files:
         return LogPlan([], 0, 0, start_offset)
@@ -86,6 +92,8 @@ def plan_log(broker: Broker, start_offset: int, range_bytes: int = DEFAULT_RANGE
     start = max(start_offset, log_min)
     last = files[-1]
     plan_end = int(last.name) + _data_end(last, int(last.name))
+    if until is not None:
+        plan_end = min(plan_end, until)
     tasks = []
     for path in files:
         file_from = int(path.name)
@@ -99,8 +107,9 @@ def plan_log(broker: Broker, start_offset: int, range_bytes: int = DEFAULT_RANGE
         while pos < seg_stop:
             stop = min(seg_stop, pos + range_bytes)
             exact = pos == seg_start
-            task = RangeTask(broker.name, broker.broker_id, str(path), file_from, pos, stop,
-                             exact, is_last)  # fmt: skip
+            task = RangeTask(
+                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last
+            )
             tasks.append(task)
             pos = stop
     return LogPlan(tasks, log_min, max(plan_end, start), start)

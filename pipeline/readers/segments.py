@@ -20,6 +20,7 @@ not `final`: it may be a write still in flight, so the caller looks at it again 
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator
@@ -84,7 +85,7 @@ class WalkResult:
 class SegmentWalker:
     """Walks message units of one segment (`file_from`: its log offset)."""
 
-    def __init__(self, data: bytes | memoryview, file_from: int, last_segment: bool) -> None:
+    def __init__(self, data: bytes | mmap.mmap, file_from: int, last_segment: bool) -> None:
         self.data = data  # an mmap or bytes: both have .find
         self.buf = memoryview(data)
         self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
@@ -124,7 +125,7 @@ class SegmentWalker:
 
     def anchor(self, start: int) -> int | None:
         """The first position >= `start` where a valid unit (or the closing blank) begins."""
-        find = self.data.find  # type: ignore[union-attr]
+        find = self.data.find
         blank = self.data_end() - 8
         if blank < start or not self._is_blank(blank):
             blank = -1
