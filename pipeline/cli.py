@@ -57,10 +57,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def add_audit_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`audit`, `report` and `dlq-report` under `mqaudit pipeline`."""
-    from pipeline.jobs.audit import AuditThresholds
+    # Light modules only: the jobs (Delta, Spark sessions) load when a command runs.
     from pipeline.transforms.lag import LagThresholds
+    from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT
 
-    lag, audit_defaults = LagThresholds(), AuditThresholds()
+    lag = LagThresholds()
     audit = cmds.add_parser(
         "audit",
         help="audit tables from the ingested tables (duplicates, losses, lag, DLQ, resend)",
@@ -79,7 +80,7 @@ def add_audit_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser])
     audit.add_argument("--warn-lag-messages", type=int, default=lag.warn_lag_messages)
     audit.add_argument("--warn-lag-ms", type=int, default=lag.warn_lag_ms)
     audit.add_argument("--stopped-after-ms", type=int, default=lag.stopped_after_ms)
-    audit.add_argument("--max-send-count", type=int, default=audit_defaults.max_send_count)
+    audit.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
     audit.add_argument("--quiet", action="store_true", help="no progress on stderr")
     audit.set_defaults(func=cmd_audit)
 
