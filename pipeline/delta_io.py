@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from pipeline.schemas import arrow_schema
 
 BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
 
@@ -300,7 +301,7 @@ def _add_action(table_path: str, file: str, partition_by: Sequence[str]) -> AddA
         name, sep, raw = part.partition("=")
         if sep and name in partition_by:
             # Spark escapes partition values as %XX; its null is this marker.
-            values[name] = None if raw == "__HIVE_DEFAULT_PARTITION__" else unquote(raw)
+            values[name] = None if raw == _HIVE_NULL else unquote(raw)
     st = os.stat(file)
     return AddAction(
         quote(rel), st.st_size, values, st.st_mtime_ns // 1_000_000, True, _stats(file)
