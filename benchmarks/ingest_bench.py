@@ -28,22 +28,19 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from broker_runtime.common.config import StoreConfig  # noqa: E402
-from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message  # noqa: E402
-from broker_runtime.store.message_store import MessageStore  # noqa: E402
-from pipeline.readers.commitlog import (  # noqa: E402
-    Broker,
+from broker_runtime.common.config import StoreConfig
+from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
+from broker_runtime.store.message_store import MessageStore
+from pipeline.readers.commitlog import (
     RangeTask,
     plan_log,
     read_range,
     segment_files,
 )
-from pipeline.readers.layout import discover_brokers  # noqa: E402
-from pipeline.readers.segments import WalkResult  # noqa: E402
+from pipeline.readers.layout import discover_brokers
+from pipeline.readers.segments import WalkResult
 
+ROOT = Path(__file__).resolve().parent.parent
 BROKERS = ("broker-a", "broker-b")
 BATCH = 64
 WORKERS = 2  # as local[2]
