@@ -25,6 +25,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -87,14 +88,17 @@ class WalkResult:
 class SegmentWalker:
     """Walks message units of one segment (`file_from`: its log offset)."""
 
-    def __init__(self, data: bytes | mmap.mmap, file_from: int, last_segment: bool) -> None:
+    def __init__(
+        self, data: bytes | mmap.mmap, file_from: int, last_segment: bool, data_end: int = -1
+    ) -> None:
+        """`data_end`: the segment's data end if the caller knows it (saves a scan)."""
         self.data = data  # an mmap or bytes: both have .find
         self.buf = memoryview(data)
         self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
         self.size = len(self.buf)
         self.file_from = file_from
         self.last_segment = last_segment
-        self._data_end: int | None = None
+        self._data_end: int | None = data_end if data_end >= 0 else None
 
     # -- finding things -------------------------------------------------------------------
 
@@ -325,6 +329,40 @@ _RAW_ARROW = arrow_schema(RAW_MESSAGE)
 _PROPERTY = r"(?s)^(?P<k>[^\x01]*)\x01(?P<v>.*)$"
 
 
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+
+
+def _be_bytes(values: npt.NDArray[Any]) -> U8:
+    """The big-endian bytes of a big-endian field, one row per value."""
+    return np.ascontiguousarray(values).view(np.uint8).reshape(len(values), -1)
+
+
+def offset_msg_ids(h: npt.NDArray[np.void]) -> pa.StringArray:
+    """RocketMQ's offset msgId of each unit: store host (4 + 4 bytes) and log offset (8 bytes)
+    as 32 upper-case hex digits (common.message.offset_msg_id, vectorised)."""
+    raw = np.concatenate(
+        [_be_bytes(h["store_ip"]), _be_bytes(h["store_port"]), _be_bytes(h["phys"])], axis=1
+    )
+    digits = np.empty((len(h), 32), dtype=np.uint8)
+    digits[:, 0::2] = _HEX[raw >> 4]
+    digits[:, 1::2] = _HEX[raw & 15]
+    offsets = np.arange(0, 32 * len(h) + 1, 32, dtype=np.int32)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(digits)]
+    return pa.Array.from_buffers(pa.string(), len(h), buffers)
+
+
+def hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any]) -> pa.StringArray:
+    """`a.b.c.d:port` per unit; a batch has few distinct hosts, each formatted once."""
+    key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
+    distinct, index = np.unique(key, return_inverse=True)
+    text = []
+    for d in distinct.tolist():
+        k, p = d >> 32, d & 0xFFFFFFFF
+        port_value = p - (1 << 32) if p >= 1 << 31 else p  # an i32, as decode_host reads it
+        text.append(f"{k >> 24 & 255}.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}:{port_value}")
+    return pa.array(text, pa.string()).take(pa.array(index.astype(np.int32)))
+
+
 def properties_map(text: pa.StringArray) -> pa.MapArray:
     """`k\x01v\x02...` strings -> map<string, string>, as string_to_properties reads them
     (items without a separator are skipped), vectorised with Arrow compute kernels."""
@@ -377,6 +415,7 @@ def to_batch(
         pa.array([broker] * n, pa.string()),
         pa.array(np.full(n, broker_id, dtype=np.int32)),
         pa.array(pos + walker.file_from),
+        offset_msg_ids(h),
         col("total", np.int32),
         pa.array(stored_crc),
         pa.array(crc_ok),
@@ -385,11 +424,9 @@ def to_batch(
         col("queue_offset", np.int64),
         col("sys_flag", np.int32),
         col("born_ts", np.int64),
-        col("born_ip", np.int64),
-        col("born_port", np.int32),
+        hosts(h["born_ip"], h["born_port"]),
         col("store_ts", np.int64),
-        col("store_ip", np.int64),
-        col("store_port", np.int32),
+        hosts(h["store_ip"], h["store_port"]),
         col("reconsume", np.int32),
         col("ptx", np.int64),
         pa.array(body_len.astype(np.int32)),
