@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.segments import SegmentWalker, WalkResult, to_batch
+from pipeline.readers.segments import SegmentWalker, WalkResult
+from pipeline.readers.unit_batch import to_batch
 
 DEFAULT_RANGE_BYTES = 64 << 20
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_runtime.common.topics import InvalidNameError
 from pipeline.jobs import checkpoint as C
 from pipeline.readers.commitlog import Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources
@@ -92,3 +93,9 @@ def test_state_and_resume() -> None:
     done = C.load_state([*rows, _row(2, "done", C.COMMITLOG, 300, 300)])
     assert done.unfinished == [] and done.next_offset[("b", 0, C.COMMITLOG)] == (300, 300)
     assert C.load_state([]) == C.State(0, [], {})
+
+
+def test_broker_names_must_be_legal(tmp_path: Path) -> None:
+    (tmp_path / "brokers" / "b'; drop" / "master").mkdir(parents=True)
+    with pytest.raises(InvalidNameError):
+        discover_brokers(tmp_path)

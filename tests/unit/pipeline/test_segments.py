@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from broker_runtime.common.message import string_to_properties
 from broker_runtime.store import record_codec as codec
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
-from pipeline.readers.segments import WalkResult, properties_map
+from pipeline.readers.segments import WalkResult
+from pipeline.readers.unit_batch import properties_map
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 
