@@ -182,9 +182,12 @@ class DeltaIO:
         if self.backend == "native":
             df.write.format("delta").mode("overwrite").save(path)
             return _last_output_rows(self.spark, path)
-        files = self._write_files(df, path, ())
+        stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
-        return self._commit(path, schema, (), files, mode, None)
+        n = self._commit(path, schema, (), files, mode, None)
+        if n == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        return n
 
     def merge_upsert(
         self,
