@@ -51,11 +51,11 @@ def run_ingest(
 ) -> dict[str, Any]:
     """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
     started = time.monotonic()
+    brokers = discover_brokers(Path(data_dir), broker_name)  # bad paths fail before Spark starts
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
-    return _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress).run(
-        ledger_url, broker_name, range_bytes, started
-    )
+    job = _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress)
+    return job.run(brokers, ledger_url, range_bytes, started)
 
 
 class _Ingest:
@@ -74,9 +74,8 @@ class _Ingest:
         return table_path(self.lake, name)
 
     def run(
-        self, ledger_url: str | None, broker_name: str | None, range_bytes: int, started: float
+        self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
     ) -> dict[str, Any]:
-        brokers = discover_brokers(self.data_dir, broker_name)
         say(
             f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
             f"({self.io.backend} Delta backend)",
@@ -110,9 +109,9 @@ class _Ingest:
             key = (b.name, b.broker_id, C.COMMITLOG)
             start = state.next_offset.get(key, (0, -1))[0]
             log = plan_log(b, start, range_bytes)
-            if start > log.plan_end and log.plan_end > 0:
+            if start > log.data_end + 2 and log.data_end > 0:  # past a last unit's zero bytes
                 self.warnings.append(
-                    f"{b.name}/{b.broker_id}: the log ends at {log.plan_end}, "
+                    f"{b.name}/{b.broker_id}: the log ends at {log.data_end}, "
                     f"before the checkpoint {start} (log replaced?)"
                 )
             if start < log.log_min:
@@ -134,7 +133,9 @@ class _Ingest:
             cq_start = max(
                 state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
             )
-            cq_end = max(cq_start, C.dispatch_bound(b, log.plan_end))
+            # Entries point at messages the lake has or gets in this run, never further.
+            cq_end = C.dispatch_bound(b, log.data_end)
+            cq_end = max(cq_start, cq_end if end > log.start else min(cq_end, log.start))
             items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
         return C.RunPlan(state.last_run + 1, False, items)
 
@@ -196,8 +197,10 @@ class _Ingest:
         files = []
         for item in (i for i in plan.items if i.source == C.CONSUMEQUEUE):
             b = item.broker
+            # Entries only for messages the lake has: up to where the log was read.
             log = self.results.get((b.name, b.broker_id, C.COMMITLOG))
-            hi = min(item.plan_end, log["next_offset"]) if log else item.start
+            done = plan.get(b, C.COMMITLOG)
+            hi = min(item.plan_end, log["next_offset"] if log else done.start if done else 0)
             self.results[(b.name, b.broker_id, C.CONSUMEQUEUE)] = {
                 "next_offset": max(hi, item.start)
             }

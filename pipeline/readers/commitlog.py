@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.segments import SegmentWalker, WalkResult, to_batch
+from pipeline.readers.segments import SegmentWalker, WalkResult
+from pipeline.readers.unit_batch import to_batch
 
 DEFAULT_RANGE_BYTES = 64 << 20
 
@@ -41,6 +42,7 @@ class RangeTask:
     stop: int
     exact: bool  # `start` is a known unit boundary (no anchor search)
     last_segment: bool
+    data_end: int = -1  # the segment's data end when planned (last segment), else unknown
 
     @property
     def range_id(self) -> str:
@@ -54,8 +56,9 @@ class RangeTask:
 class LogPlan:
     tasks: list[RangeTask]
     log_min: int  # first offset still in the log (older files expired)
-    plan_end: int  # end of the written data when planned
+    plan_end: int  # where the ranges end: the data end, or `start` if that is past it
     start: int  # where this run starts (>= log_min)
+    data_end: int  # just past the last non-zero byte (a unit may end in 2 zero bytes after it)
 
 
 def segment_files(store_dir: str | Path) -> list[Path]:
@@ -70,11 +73,10 @@ def _data_end(path: Path, file_from: int) -> int:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return 0
-        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
-            walker = SegmentWalker(m, file_from, last_segment=True)
-            end = walker.data_end()
-            del walker
-            return end
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    end = SegmentWalker(m, file_from, last_segment=True).data_end()
+    _close(m)
+    return end
 
 
 def plan_log(
@@ -87,13 +89,12 @@ def plan_log(
     (or to `until`, a resumed run's recorded end, if that comes first)."""
     files = segment_files(broker.store_dir)
     if not files:
-        return LogPlan([], 0, 0, start_offset)
+        return LogPlan([], 0, start_offset, start_offset, 0)
     log_min = int(files[0].name)
     start = max(start_offset, log_min)
     last = files[-1]
-    plan_end = int(last.name) + _data_end(last, int(last.name))
-    if until is not None:
-        plan_end = min(plan_end, until)
+    data_end = int(last.name) + _data_end(last, int(last.name))
+    plan_end = data_end if until is None else min(data_end, until)
     tasks = []
     for path in files:
         file_from = int(path.name)
@@ -103,29 +104,38 @@ def plan_log(
         is_last = path == last
         seg_start = max(0, start - file_from)
         seg_stop = plan_end - file_from if is_last else size
+        seg_data_end = data_end - file_from if is_last else -1
         pos = seg_start
         while pos < seg_stop:
             stop = min(seg_stop, pos + range_bytes)
             exact = pos == seg_start
             task = RangeTask(
-                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last
-            )
+                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last,
+                seg_data_end,
+            )  # fmt: skip
             tasks.append(task)
             pos = stop
-    return LogPlan(tasks, log_min, max(plan_end, start), start)
+    return LogPlan(tasks, log_min, max(plan_end, start), start, data_end)
 
 
 def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
     """RAW_MESSAGE batches of the units starting in the task's range; damage goes to `result`."""
     with open(task.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
-            walker = SegmentWalker(m, task.file_from, task.last_segment)
-            try:
-                for positions in walker.walk(task.start, task.stop, task.exact, result):
-                    yield to_batch(walker, positions, task.broker, task.broker_id, result)
-            finally:
-                del walker  # its views must go before the mapping closes
+        m = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
+    walker = SegmentWalker(m, task.file_from, task.last_segment, task.data_end)
+    try:
+        for positions in walker.walk(task.start, task.stop, task.exact, result):
+            yield to_batch(walker, positions, task.broker, task.broker_id, result)
+    finally:
+        del walker
+        _close(m)
+
+
+def _close(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:
+        pass  # a view is still alive (an exception's frames): unmapped when it goes
 
 
 def summary(task: RangeTask, result: WalkResult) -> dict[str, Any]:
