@@ -2,10 +2,12 @@
 with the reason each extra delivery happened.
 
 Each delivery after a group's first of a message is explained by the one before it:
-1. the one before failed (RECONSUME_LATER / FAILED): `retry_after_failure`, as designed;
-2. it came from another stored copy (another queue position): `producer_resend`;
-3. another client delivered the one before, and both clients were taking messages from that
-   queue at overlapping times: `rebalance_overlap` (two owners of one queue, seed 000);
+1. both came from the message's own topic, from different stored copies (queue positions):
+   `producer_resend`;
+2. the one before failed (RECONSUME_LATER / FAILED): `retry_after_failure`, as designed;
+3. another client delivered the one before and still held the queue when this one came
+   (busy with one of its messages, or taking more from it in between): `rebalance_overlap`
+   (two owners of one queue, seed 000);
 4. the one before never finished (the consumer died holding it): `redelivery_after_restart`;
 5. the one before was CONSUMED but its offset was not committed: `offset_not_committed`.
 A group's row is `delivered_twice` when any extra delivery is not a retry, with the cause of
@@ -65,11 +67,48 @@ def stored_twice(messages: DataFrame) -> DataFrame:
     )
 
 
-def _client_activity(log: DataFrame) -> DataFrame:
-    """When each client took messages of a group from a queue: [first receipt, last finish]."""
-    return log.groupBy(*_ACTIVITY).agg(
-        F.min("received_at").alias("active_from"),
-        F.max(F.coalesce("finished_at", "received_at")).alias("active_to"),
+def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
+    """(id, overlap) for each delivery made by another client than the one before it.
+
+    The previous client still held the queue when the duplicate arrived if, on that queue,
+    it was busy with a message at that moment (received before, finished after), or it took
+    another message from the queue afterwards while the duplicate's client was still taking
+    messages from it. A client that got the queue back after the other had left is not
+    counted. One window per client and queue over its deliveries plus these probe rows.
+    """
+    last_receipt = log.groupBy(*_ACTIVITY).agg(F.max("received_at").alias("d_last"))
+    probes = (
+        steps.filter(F.col("p_client_id") != F.col("client_id"))
+        .join(last_receipt, on=_ACTIVITY, how="inner")
+        .select(
+            *[c for c in _ACTIVITY if c != "client_id"],
+            F.col("p_client_id").alias("client_id"),
+            F.col("received_at").alias("t"),
+            F.lit(None).cast("long").alias("finish"),
+            F.col("id").alias("probe"),
+            "d_last",
+        )
+    )
+    receipts = log.select(
+        *_ACTIVITY,
+        F.col("received_at").alias("t"),
+        F.coalesce("finished_at", "received_at").alias("finish"),
+        F.lit(None).cast("long").alias("probe"),
+        F.lit(None).cast("long").alias("d_last"),
+    )
+    # At equal times the client's own receipt sorts first: received then, busy then.
+    order = Window.partitionBy(*_ACTIVITY).orderBy(F.col("t"), F.col("probe").asc_nulls_first())
+    before = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    after = order.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    marked = receipts.unionByName(probes).withColumns(
+        {
+            "busy_until": F.max("finish").over(before),
+            "next_receipt": F.min(F.when(F.col("probe").isNull(), F.col("t"))).over(after),
+        }
+    )
+    overlap = (F.col("busy_until") >= F.col("t")) | (F.col("next_receipt") <= F.col("d_last"))
+    return marked.filter(F.col("probe").isNotNull()).select(
+        F.col("probe").alias("id"), F.coalesce(overlap, F.lit(False)).alias("overlap")
     )
 
 
@@ -79,40 +118,18 @@ def explain_deliveries(log: DataFrame) -> DataFrame:
     prev = {f"p_{c}": F.lag(c).over(order) for c in ("outcome", "client_id", "topic")}
     prev["p_position"] = F.lag(F.struct("broker", "topic", "queue_id", "queue_offset")).over(order)
     steps = log.withColumns({"seq": F.row_number().over(order), **prev})
-    activity = _client_activity(log)
-    mine = activity.select(
-        *_ACTIVITY, F.col("active_from").alias("d_from"), F.col("active_to").alias("d_to")
-    )
-    theirs = activity.select(
-        *[F.col(c).alias(f"o_{c}") for c in _ACTIVITY],
-        F.col("active_from").alias("o_from"),
-        F.col("active_to").alias("o_to"),
-    )
-    steps = steps.join(mine, on=_ACTIVITY, how="left")
-    same_queue_other_client = (
-        (F.col("o_group") == F.col("group"))
-        & (F.col("o_broker") == F.col("broker"))
-        & (F.col("o_topic") == F.col("topic"))
-        & (F.col("o_queue_id") == F.col("queue_id"))
-        & (F.col("o_client_id") == F.col("p_client_id"))
-    )
-    steps = steps.join(theirs, on=same_queue_other_client, how="left")
+    steps = steps.join(_overlaps(steps, log), on="id", how="left")
     position = F.struct("broker", "topic", "queue_id", "queue_offset")
     other_copy = (
         ~is_retry_topic(F.col("topic"))
         & ~is_retry_topic(F.col("p_topic"))
         & (position != F.col("p_position"))
     )
-    overlap = (
-        (F.col("p_client_id") != F.col("client_id"))
-        & (F.col("o_from") <= F.col("d_to"))
-        & (F.col("d_from") <= F.col("o_to"))
-    )
     cause = (
         F.when(F.col("seq") == 1, F.lit(None).cast("string"))
-        .when(F.col("p_outcome").isin(FAILURES), A.RETRY_AFTER_FAILURE)
         .when(other_copy, A.PRODUCER_RESEND)
-        .when(overlap, A.REBALANCE_OVERLAP)
+        .when(F.col("p_outcome").isin(FAILURES), A.RETRY_AFTER_FAILURE)
+        .when(F.col("overlap"), A.REBALANCE_OVERLAP)
         .when(F.col("p_outcome").isNull(), A.REDELIVERY_AFTER_RESTART)
         .otherwise(A.OFFSET_NOT_COMMITTED)
     )

@@ -77,15 +77,27 @@ def _deliveries() -> list[dict[str, object]]:
         delivery(6, "P1", queue_id=1, queue_offset=0),
         # P1 reached group g2 once: no duplicate there
         delivery(7, "P1", group="g2", queue_offset=7),
-        # O1: c1 and c2 took messages from queue 0 at overlapping times
-        delivery(8, "O1", client="c2", queue_offset=8),
-        delivery(9, "O1", client="c1", queue_offset=8),
+        # O1: c2 took O1 while c1 still took messages from queue 0 (c1 got O2 after it,
+        # and c2 went on with O3): two owners at once
+        delivery(8, "O1", queue_offset=8),
+        delivery(9, "O1", client="c2", queue_offset=8, received_at=T0 + 8500),
+        delivery(10, "O2", queue_offset=9, received_at=T0 + 8700),
+        delivery(11, "O3", client="c2", queue_offset=10, received_at=T0 + 8900),
         # C1: c1 died holding it (no outcome); c3 took the queue over later
         delivery(20, "C1", queue_offset=9, outcome=None, finished_at=None),
         delivery(30, "C1", client="c3", queue_offset=9),
         # A1: consumed, offset not committed, the same client pulled it again
         delivery(40, "A1", client="c4", queue_offset=10),
         delivery(41, "A1", client="c4", queue_offset=10),
+        # P2: the first copy failed, the resent copy was delivered (not a retry of the first)
+        delivery(50, "P2", queue_offset=12, outcome="RECONSUME_LATER"),
+        delivery(51, "P2", queue_id=1, queue_offset=3),
+        # H1: handed from c5 to c6 with its offset not committed; c5 took the queue back
+        # only after c6 had left it: not two owners at once
+        delivery(60, "H1", client="c5", queue_offset=20),
+        delivery(61, "H1", client="c6", queue_offset=20),
+        delivery(62, "H2", client="c6", queue_offset=21),
+        delivery(70, "H3", client="c5", queue_offset=22),
         # S1: once
         delivery(42, "S1", client="c4", queue_offset=11),
     ]
@@ -100,7 +112,9 @@ def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
             ("R1", "g1", 2, "retry_after_failure"),
             ("R2", "g1", 2, "retry_after_failure"),
             ("P1", "g1", 2, "producer_resend"),
+            ("P2", "g1", 2, "producer_resend"),
             ("O1", "g1", 2, "rebalance_overlap"),
+            ("H1", "g1", 2, "offset_not_committed"),
             ("C1", "g1", 2, "redelivery_after_restart"),
             ("A1", "g1", 2, "offset_not_committed"),
         ],
@@ -116,8 +130,11 @@ def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
             ("R1", "g1", "retried_then_ok", "retry_after_failure", 2, 1, "c1"),
             ("P1", "g1", "delivered_twice", "producer_resend", 2, 2, "c1"),
             ("P1", "g1", "duplicate_effect", "producer_resend", 2, 2, "c1"),
+            ("P2", "g1", "delivered_twice", "producer_resend", 2, 1, "c1"),
             ("O1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c1,c2"),
             ("O1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c1,c2"),
+            ("H1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c5,c6"),
+            ("H1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c5,c6"),
             ("C1", "g1", "delivered_twice", "redelivery_after_restart", 2, 1, "c1,c3"),
             ("A1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c4"),
             ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
