@@ -39,7 +39,7 @@ def check_node(kind: str, addr: str) -> str | None:
     return None if probe(addr, TIMEOUT_S) is not None else f"{kind} at {addr} does not answer"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     for kind in ("namesrv", "broker"):
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     http = sub.add_parser("http")
     http.add_argument("url")
     http.add_argument("--expect", default=None, help="text the body must contain")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.kind == "http":
         problem = check_http(args.url, args.expect)
     else:
