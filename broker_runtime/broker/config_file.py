@@ -51,14 +51,14 @@ def _convert(value: Any, kind: Any, key: str) -> Any:
         if isinstance(kind, type) and issubclass(kind, Enum):
             return kind(value)
         if origin is tuple:
-            args = get_args(kind)
+            kinds = get_args(kind)
             items = value.split(";") if isinstance(value, str) else list(value)
-            if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a ";"-separated list
+            if len(kinds) == 2 and kinds[1] is Ellipsis:  # tuple[X, ...]: a ";"-separated list
                 parts = [str(i).strip() for i in items]
-                return tuple(_convert(i, args[0], key) for i in parts if i)
-            if len(items) != len(args):
-                raise ValueError(f"expected {len(args)} items")
-            return tuple(_convert(i, a, key) for i, a in zip(items, args, strict=True))
+                return tuple(_convert(i, kinds[0], key) for i in parts if i)
+            if len(items) != len(kinds):
+                raise ValueError(f"expected {len(kinds)} items")
+            return tuple(_convert(i, k, key) for i, k in zip(items, kinds, strict=True))
         if kind is str:
             return str(value)
     except (TypeError, ValueError) as e:
