@@ -62,7 +62,8 @@ def test_node_commands_parse_and_build_their_configs(replication: str, flush: st
             assert config.store.flush == flush
             assert config.namesrv_addrs == ("namesrv-1:9876", "namesrv-2:9876")
             assert config.store.store_host == (config.host, config.port)
-            assert str(config.store.store_dir) == f"/data/mq/brokers/{service.split('-', 1)[1]}"
+            group, role = service.rsplit("-", 1)  # the shared layout DIR/brokers/<group>/<role>
+            assert str(config.store.store_dir) == f"/data/mq/brokers/{group}/{role}"
     master = f"{replication}_MASTER"
     assert roles == {
         "broker-a-master": ("broker-a", 0, master),
