@@ -175,3 +175,61 @@ def test_postgres_init_script_creates_both_databases(postgres_base_url: str) -> 
             for db, role in (("airflow", "airflow"), ("mqaudit_ledger", "ledger")):
                 conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
                 conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+SPARK_JOB = """
+import sys
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master(sys.argv[1]).appName("compose-check").getOrCreate()
+
+def double(batches):
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays([pa.compute.multiply(batch.column(0), 2)], ["id"])
+
+rows = spark.range(0, 1000, numPartitions=4).mapInArrow(double, "id long").collect()
+assert sum(r.id for r in rows) == 999 * 1000, "wrong sum"
+print(spark.conf.get("spark.sql.extensions"))
+print(spark.conf.get("spark.executor.memory"))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_spark_master_and_worker_run_a_python_job(
+    tmp_path: Path, processes: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """The compose commands of the standalone master and a worker, and the driver side's
+    spark-defaults.conf; Spark here is the pinned pyspark's own (the image copies the same
+    version's distribution to /opt/spark)."""
+    import pyspark
+
+    doc = compose_doc(SPARK_WORKER_CORES="1", SPARK_WORKER_MEMORY="2g")
+    services = doc["services"]
+    spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    rpc, ui, worker_ui = free_port(), free_port(), free_port()
+    mapping = {
+        "/opt/spark/bin/spark-class": spark_class, "spark-master": "127.0.0.1",
+        "7077": str(rpc), "8080": str(ui), "8081": str(worker_ui),
+        "/tmp/spark-work": str(tmp_path / "work"),
+    }  # fmt: skip
+    env = {
+        **os.environ,
+        "SPARK_CONF_DIR": str(DOCKER / "spark"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    procs = []
+    for name in ("spark-master", "spark-worker-1"):
+        svc = services[name]
+        argv = [rewrite(w, mapping) for w in svc["command"]]
+        procs.append(processes(argv, tmp_path / f"{name}.log", {**env, **svc["environment"]}))
+        wait_healthy(healthcheck_argv(svc, mapping), procs, name)
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_JOB, services["airflow-scheduler"]["environment"]
+         ["SPARK_MASTER"].replace("spark-master:7077", f"127.0.0.1:{rpc}")],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["io.delta.sql.DeltaSparkSessionExtension", "2g"]
