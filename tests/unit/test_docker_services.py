@@ -49,19 +49,24 @@ def healthy(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
 
 
-def wait_healthy(argv: list[str], procs: list[subprocess.Popen[bytes]], what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_healthy(
+    argv: list[str],
+    procs: list[subprocess.Popen[bytes]],
+    what: str,
+    timeout: float = START_TIMEOUT_S,
+) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for proc in procs:
             assert proc.poll() is None, f"{what}: a process exited with {proc.returncode}"
         if healthy(argv):
             return
         time.sleep(0.5)
-    pytest.fail(f"{what} not healthy in {START_TIMEOUT_S} s: {argv}")
+    pytest.fail(f"{what} not healthy in {timeout} s: {argv}")
 
 
-@pytest.fixture
-def processes() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+@pytest.fixture(name="processes")
+def processes_fixture() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start processes (logs to files); all are stopped by PID at the end."""
     started: list[subprocess.Popen[bytes]] = []
 

@@ -1,0 +1,95 @@
+"""The compose file's Airflow, run here: its env (PostgreSQL through psycopg 3 for both the
+sync and async engines, LocalExecutor, the simple auth manager's passwords file, the
+execution API URL) and its commands, with the compose file's own health checks.
+
+As in test_docker_services.py, only container-world names are rewritten for one host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.db_servers import free_port
+from tests.unit.test_docker_files import DOCKER, REPO
+from tests.unit.test_docker_services import (
+    compose_doc,
+    healthcheck_argv,
+    processes_fixture,  # noqa: F401  (the `processes` fixture)
+    rewrite,
+    wait_healthy,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
+# The api-server's workers load every app before answering: a minute or more on 2 busy cores.
+HEALTHY_WITHIN_S = 240.0
+
+
+@pytest.mark.timeout(600)
+def test_airflow_init_and_components_come_up_healthy(
+    tmp_path: Path, postgres_base_url: str, processes: Callable[..., Any]
+) -> None:
+    doc = compose_doc()
+    services = doc["services"]
+    base = make_url(postgres_base_url)
+    pg_env = services["postgres"]["environment"]
+    admin = {"host": base.host, "port": base.port, "user": "postgres", "dbname": "postgres"}
+    api_port, health_port = free_port(), free_port()
+    mapping = {
+        "@postgres:5432/": f"@127.0.0.1:{base.port}/",
+        "http://airflow-api-server:8080/": f"http://127.0.0.1:{api_port}/",
+        "127.0.0.1:8080/": f"127.0.0.1:{api_port}/",
+        "127.0.0.1:8974/": f"127.0.0.1:{health_port}/",
+        "/opt/airflow": str(tmp_path / "airflow"),
+        "/data/": f"{tmp_path}/data/",
+        "/opt/mqaudit/": f"{REPO}/",
+    }
+
+    def env_of(name: str) -> dict[str, str]:
+        env = {k: rewrite(str(v), mapping) for k, v in services[name]["environment"].items()}
+        return {
+            **os.environ,
+            **env,
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(health_port),
+        }
+
+    try:
+        done = subprocess.run(
+            ["bash", str(DOCKER / "postgres" / "init-databases.sh")],
+            env={**os.environ, **pg_env, "PGHOST": str(base.host), "PGPORT": str(base.port)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        init = services["airflow-init"]
+        argv = [sys.executable, *(rewrite(w, mapping) for w in init["command"][1:])]
+        done = subprocess.run(
+            argv, env=env_of("airflow-init"), capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        passwords = tmp_path / "airflow" / "auth" / "passwords.json"
+        assert json.loads(passwords.read_text()) == {"admin": "test-airflow_admin_password"}
+
+        started = []
+        for name in ("airflow-api-server", "airflow-scheduler"):
+            cmd = [rewrite(w, mapping) for w in services[name]["command"]]
+            if name == "airflow-api-server":
+                cmd[cmd.index("--port") + 1] = str(api_port)
+            argv = [sys.executable, "-m", "airflow", *cmd[1:]]
+            started.append(processes(argv, tmp_path / f"{name}.log", env_of(name)))
+        for name in ("airflow-api-server", "airflow-scheduler"):
+            check = healthcheck_argv(services[name], mapping)
+            wait_healthy(check, started, name, HEALTHY_WITHIN_S)
+    finally:
+        with psycopg.connect(**admin, autocommit=True) as conn:
+            for db, role in (("airflow", "airflow"), ("mqaudit_ledger", "ledger")):
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+                conn.execute(f"DROP ROLE IF EXISTS {role}")
