@@ -83,7 +83,8 @@ def test_the_deployment_has_every_role(compose: dict[str, Any]) -> None:
     ):  # fmt: skip
         assert name in services, name
     images = {services[n]["image"] for n in services if n != "postgres"}
-    assert images == {"mqaudit:dev", "mqaudit-spark:dev"}  # one Python image, one Spark image
+    tag = version("mqaudit")  # images are tagged with the project's version
+    assert images == {f"mqaudit:{tag}", f"mqaudit-spark:{tag}"}  # one Python, one Spark image
     env = services["airflow-scheduler"]["environment"]
     assert env["SPARK_MASTER"] == "spark://spark-master:7077"
     assert env["AIRFLOW_VAR_MQAUDIT_NAMESRV"] == "namesrv-1:9876;namesrv-2:9876"
