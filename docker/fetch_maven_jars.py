@@ -70,7 +70,8 @@ def parse_list(text: str, source: str = "list") -> list[Coordinate]:
         sha256 = fields[1].lower() if len(fields) == 2 else None
         if sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", sha256):
             raise ValueError(f"{source}:{number}: {fields[1]!r} is not a sha256 hex digest")
-        coords.append(Coordinate(*parts, sha256=sha256))
+        group, artifact, version = parts
+        coords.append(Coordinate(group, artifact, version, sha256))
     if not coords:
         raise ValueError(f"{source}: no coordinates")
     return coords
