@@ -193,7 +193,7 @@ def double(batches):
     for batch in batches:
         yield pa.RecordBatch.from_arrays([pa.compute.multiply(batch.column(0), 2)], ["id"])
 
-rows = spark.range(0, 1000, numPartitions=4).mapInArrow(double, "id long").collect()
+rows = spark.range(0, 1000, numPartitions=2).mapInArrow(double, "id long").collect()
 assert sum(r.id for r in rows) == 999 * 1000, "wrong sum"
 print(spark.conf.get("spark.sql.extensions"))
 print(spark.conf.get("spark.executor.memory"))
@@ -202,6 +202,7 @@ spark.stop()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # JVM start-ups: minutes on 2 busy cores
 def test_spark_master_and_worker_run_a_python_job(
     tmp_path: Path, processes: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
