@@ -29,6 +29,7 @@ from tests.unit.test_docker_services import (
     compose_doc,
     healthcheck_argv,
     processes_fixture,  # noqa: F401  (the `processes` fixture)
+    psql_fixture,  # noqa: F401  (the `psql` fixture)
     rewrite,
     wait_healthy,
 )
@@ -59,6 +60,7 @@ HEALTHY_WITHIN_S = 240.0
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.usefixtures("psql")
 def test_airflow_init_and_components_come_up_healthy(
     tmp_path: Path, postgres_base_url: str, processes: Callable[..., Any]
 ) -> None:

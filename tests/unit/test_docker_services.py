@@ -9,6 +9,7 @@ a temporary directory. The health checks are then the compose file's own command
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.db_servers import free_port
+from tests.db_servers import _unavailable, free_port
 from tests.unit.test_docker_files import DOCKER, REPO, cc, example_env
 
 pytestmark = pytest.mark.integration
@@ -88,6 +89,15 @@ def processes_fixture() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
             proc.wait()
 
 
+@pytest.fixture(name="psql")
+def psql_fixture() -> str:
+    """The psql client that init-databases.sh runs (Debian's postgresql package has it)."""
+    path = shutil.which("psql")
+    if path is None:
+        _unavailable("psql")
+    return str(path)
+
+
 def mqaudit_argv(svc: dict[str, Any], mapping: dict[str, str]) -> list[str]:
     cmd = svc["command"]
     assert cmd[0] == "mqaudit"
@@ -143,6 +153,7 @@ def test_name_servers_and_a_broker_group_start_and_answer_their_health_checks(
     assert not healthy(master_check)  # a stopped broker is reported unhealthy
 
 
+@pytest.mark.usefixtures("psql")
 def test_postgres_init_script_creates_both_databases(postgres_base_url: str) -> None:
     import psycopg
     from sqlalchemy import inspect
