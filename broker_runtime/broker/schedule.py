@@ -163,12 +163,10 @@ class ScheduleService:
                 stopped_at = await self._put(put, due) if due.messages else None
                 if stopped_at is not None:
                     self.advance(level, stopped_at)
-                    self.delivered += sum(1 for qo, _ in due.messages if qo < stopped_at)
                     self._retry_at[level] = now + RETRY_MS
                     continue
                 self._retry_at.pop(level, None)
                 self.advance(level, due.next_offset)
-                self.delivered += len(due.messages)
                 self.skipped += due.skipped
                 if due.full:
                     wake = now
@@ -189,11 +187,13 @@ class ScheduleService:
         """
         try:
             await put([m for _, m in due.messages])
+            self.delivered += len(due.messages)
             return None
         except MessageRejected:
             pass  # one bad message must not hold up the level: put them one by one
         except FlushTimeout as e:
             log.warning("delay level %d: put back not flushed in time: %s", due.level, e)
+            self.delivered += len(due.messages)
             return None
         except (StoreUnavailable, OSError) as e:
             log.warning("delay level %d: put back failed (%s); again in %d ms", due.level, e,
@@ -208,9 +208,11 @@ class ScheduleService:
                     "delay level %d offset %d: message %s for %s refused by the store (%s); "
                     "skipped", due.level, queue_offset, msg.uniq_key, msg.topic, e,
                 )  # fmt: skip
+                continue
             except FlushTimeout as e:
                 log.warning("delay level %d: put back not flushed in time: %s", due.level, e)
             except (StoreUnavailable, OSError) as e:
                 log.warning("delay level %d: put back failed (%s)", due.level, e)
                 return queue_offset
+            self.delivered += 1
         return None
