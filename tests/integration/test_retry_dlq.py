@@ -89,7 +89,7 @@ async def send_back(
 ) -> tuple[int, str | None]:
     h = ConsumerSendMsgBackRequestHeader(
         failed.phys_offset, group, origin_msg_id=failed.uniq_key, origin_topic=failed.topic, **kw
-    )  # type: ignore[arg-type]
+    )
     resp = await c.call(addr, C.CONSUMER_SEND_MSG_BACK, h.fields())
     return resp.code, resp.remark
 
