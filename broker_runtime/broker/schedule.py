@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -74,30 +75,36 @@ class ScheduleService:
         }
         self._persisted: dict[int, int] = dict(loaded)
         self._retry_at: dict[int, int] = {}  # level -> when a failed put is tried again
+        self._persist_lock = threading.Lock()
         self.delivered = 0
         self.skipped = 0
 
     def _corrected(self, level: int, offset: int) -> int:
-        """An offset inside the level queue's range (correctDelayOffset): files may be gone."""
+        """The offset inside the level queue's range (correctDelayOffset).
+
+        Below it: the files expired. Above it: the log was cut back after a crash (or the
+        store replaced), and new messages of the level will be numbered from its end.
+        """
         qid = queue_id_of_level(level)
-        if self.store.max_offset(SCHEDULE_TOPIC, qid) == 0:
-            return max(0, offset)
         lo = self.store.min_offset(SCHEDULE_TOPIC, qid)
         hi = self.store.max_offset(SCHEDULE_TOPIC, qid)
-        return min(max(offset, lo), hi)
+        fixed = min(max(offset, lo), hi)
+        if fixed != offset:
+            log.warning("delay level %d: offset %d outside %d..%d, now %d", level, offset, lo,
+                        hi, fixed)  # fmt: skip
+        return fixed
 
     def due(self, level: int, now: int, limit: int = BATCH) -> Due:
         """The messages of `level` due at `now`, at most `limit`, from the level's offset."""
         qid = queue_id_of_level(level)
         offset = self.offsets[level]
+        hi = self.store.max_offset(SCHEDULE_TOPIC, qid)
+        if offset >= hi or offset < self.store.min_offset(SCHEDULE_TOPIC, qid):
+            offset = self.offsets[level] = self._corrected(level, offset)
         out = Due(level, offset)
-        if self.store.max_offset(SCHEDULE_TOPIC, qid) <= offset:
+        if hi <= offset:
             return out
         cq = self.store.consume_queue(SCHEDULE_TOPIC, qid)
-        if offset < cq.min_queue_offset:  # expired under us: RocketMQ moves on as well
-            log.warning("delay level %d: offset %d expired, moving to %d", level, offset,
-                        cq.min_queue_offset)  # fmt: skip
-            offset = out.next_offset = cq.min_queue_offset
         for e in cq.entries(offset, limit):
             if e.size == BLANK_SIZE:
                 out.next_offset = e.queue_offset + 1
@@ -137,13 +144,17 @@ class ScheduleService:
         return dict(self.offsets)
 
     def persist(self) -> bool:
-        """Write delayOffset.json if an offset moved since the last write; True if written."""
-        table = self.table()
-        if table == self._persisted:
-            return False
-        write_delay_offsets(self.store_dir, table)
-        self._persisted = table
-        return True
+        """Write delayOffset.json if an offset moved since the last write; True if written.
+
+        Thread safe: the loop writes from an executor, a stop may write at the same time.
+        """
+        with self._persist_lock:
+            table = self.table()
+            if table == self._persisted:
+                return False
+            write_delay_offsets(self.store_dir, table)
+            self._persisted = table
+            return True
 
     # -- the delivery loop -----------------------------------------------------------------
 

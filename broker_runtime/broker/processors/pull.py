@@ -168,7 +168,7 @@ class PullProcessor:
                 return _no_messages(cmd, store, h, h.queue_offset, remark), None
         code = response_code(result, h.queue_offset)
         suggest = MASTER_ID
-        if cfg.slave_read_enable:
+        if cfg.slave_read_enable and gate is None:  # the access lock lives on the master
             suggest = (
                 group.which_broker_when_consume_slowly if result.suggest_slave else group.broker_id
             )

@@ -121,7 +121,11 @@ def test_an_offset_past_the_queue_is_corrected(config: StoreConfig) -> None:
         put_delayed(store, config, delayed(1, 2))
         svc = ScheduleService(store, config.delay_levels(), clock, config.store_dir)
         assert svc.offsets[2] == 1  # the queue ends at 1 (a log cut back after a crash)
-        assert svc.offsets[5] == 7  # no queue yet: kept
+        assert svc.offsets[5] == 0  # no queue: its first message will be number 0
+        svc.offsets[2] = 5  # ... and the same correction while running
+        assert svc.due(2, T0 + 1000).messages == [] and svc.offsets[2] == 1
+        put_delayed(store, config, delayed(2, 2))
+        assert [qo for qo, _ in svc.due(2, T0 + 1000).messages] == [1]
 
 
 def test_run_delivers_through_the_put_and_tolerates_refusals(config: StoreConfig) -> None:
