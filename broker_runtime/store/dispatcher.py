@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from broker_runtime.common.topics import SCHEDULE_TOPIC
 from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.index_service import IndexService
 from broker_runtime.store.record_codec import DispatchRequest
@@ -18,6 +19,8 @@ from broker_runtime.store.record_codec import DispatchRequest
 log = logging.getLogger(__name__)
 BATCH = 1024
 GATHER_S = 0.001
+# (queue id, store timestamp) -> the tag code of a SCHEDULE_TOPIC_XXXX entry (delivery time)
+ScheduleTags = Callable[[int, int], int]
 
 
 class Dispatcher:
@@ -25,9 +28,11 @@ class Dispatcher:
         self,
         consume_queue: Callable[[str, int], ConsumeQueue],
         index: IndexService | None,
+        schedule_tags: ScheduleTags | None = None,
     ) -> None:
         self._consume_queue = consume_queue
         self._index = index
+        self._schedule_tags = schedule_tags
         self._pending: list[DispatchRequest] = []
         self._cond = threading.Condition()
         self._busy = False
@@ -55,12 +60,25 @@ class Dispatcher:
         if last is None:
             return 0
         for (topic, queue_id), rows in by_queue.items():
+            if topic == SCHEDULE_TOPIC and self._schedule_tags is not None:
+                rows = self._schedule_rows(requests, queue_id, self._schedule_tags)
             self._consume_queue(topic, queue_id).put(rows)
         if self._index is not None and index_rows:
             self._index.build(index_rows)
         self.dispatched_offset = last.phys_offset + last.size
         self.dispatched_timestamp = last.store_timestamp
         return sum(len(rows) for rows in by_queue.values())
+
+    @staticmethod
+    def _schedule_rows(
+        requests: Iterable[DispatchRequest], queue_id: int, tags: ScheduleTags
+    ) -> list[tuple[int, int, int, int]]:
+        """A delay level's rows with the delivery time as tag code (CommitLog's tagsCode)."""
+        return [
+            (r.queue_offset, r.phys_offset, r.size, tags(queue_id, r.store_timestamp))
+            for r in requests
+            if r.topic == SCHEDULE_TOPIC and r.queue_id == queue_id
+        ]
 
     # -- the background thread ------------------------------------------------------------
 
