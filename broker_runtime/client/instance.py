@@ -12,9 +12,11 @@ from typing import TypeVar
 from broker_runtime.client.api import MQClientAPI
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.model import MQClientError
+from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.route import PublishInfo, pick_read_addr, write_queues
 from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, TopicRouteData
 from broker_runtime.remoting.connection import ConnectionClosedError, RemotingConnectError
+from broker_runtime.remoting.protocol import RequestCode
 from broker_runtime.remoting.server import Processor
 
 log = logging.getLogger(__name__)
@@ -90,14 +92,28 @@ class ClientInstance:
             except Exception as e:
                 log.warning("%s: route of %s not refreshed: %s", self.client_id, topic, e)
 
-    async def publish_info(self, topic: str) -> PublishInfo:
+    async def publish_info(self, topic: str, default_queue_nums: int = 0) -> PublishInfo:
+        """Where `topic` can be sent to. A topic no name server knows gets, when
+        `default_queue_nums` > 0, that many queues on every master of the cluster: brokers
+        with autoCreateTopicEnable create it on the first send (RocketMQ's TBW102 route)."""
         info = self.publish.get(topic)
         if info is None or not info.ok():
-            await self.update_route(topic)
+            if await self.update_route(topic) is None and default_queue_nums > 0:
+                await self._default_route(topic, default_queue_nums)
             info = self.publish.get(topic)
         if info is None or not info.ok():
             raise MQClientError(f"no route to send to topic {topic!r} (create it first?)")
         return info
+
+    async def _default_route(self, topic: str, queue_nums: int) -> None:
+        cluster = await self.api.namesrv_json(RequestCode.GET_BROKER_CLUSTER_INFO)
+        queues = []
+        for name, data in sorted(cluster.get("brokerAddrTable", {}).items()):
+            addrs = {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
+            if MASTER_ID in addrs:
+                self.brokers[name] = addrs
+                queues += [MessageQueue(topic, name, i) for i in range(queue_nums)]
+        self.publish[topic] = PublishInfo(queues)
 
     async def master_addr(self, broker: str, topic: str | None = None) -> str:
         addr = self.brokers.get(broker, {}).get(MASTER_ID)

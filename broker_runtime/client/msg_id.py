@@ -81,9 +81,10 @@ def uniq_id_pid(msg_id: str) -> int:
 
 def uniq_id_time_ms(msg_id: str, now_ms: int) -> int:
     """When the id was made, assuming it was made within a month before `now_ms`."""
-    span = int.from_bytes(_raw(msg_id)[10:14], "big", signed=True)
+    span = int.from_bytes(_raw(msg_id)[10:14], "big")  # unsigned, as Java reads it back
     start = month_start_ms(now_ms)
-    if start + span >= now_ms:  # made last month (MessageClientIDSetter.getNearlyTimeFromID)
+    if start + span > now_ms:  # in the future: made last month (Java says >=, which
+        # misreads an id made this very millisecond)
         start = month_start_ms(start - 1)
     return start + span
 
