@@ -1,9 +1,10 @@
 """The producer (RocketMQ's DefaultMQProducerImpl), on asyncio.
 
 A sync send tries `1 + retry_times` queues, each with the full send timeout: round robin,
-leaving out the broker the previous attempt failed on and brokers isolated by recent failures. A timeout after the broker stored
-the message makes the retry store it a second time, with the same UNIQ_KEY (seed 002
-6.1.2.1): that duplicate is real and the audit looks for it.
+leaving out the broker the previous attempt failed on and brokers isolated by recent
+failures. A timeout after the broker stored the message makes the retry store it a second
+time, with the same UNIQ_KEY (seed 002 6.1.2.1): that duplicate is real and the audit
+looks for it.
 
 Hooks: `on_before_send(msg)` runs once per message after its UNIQ_KEY is set and before the
 first attempt; `on_send_result(msg, result, error)` once when the send is settled (never
