@@ -122,7 +122,7 @@ class MQClientAPI:
         raise MQClientError(f"no name server answered: {'; '.join(errors)}")
 
     @staticmethod
-    def _check(resp: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:
+    def check(resp: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:
         if resp.code not in (ok or (ResponseCode.SUCCESS,)):
             raise MQBrokerError(resp.code, resp.remark, addr)
         return resp
@@ -134,11 +134,11 @@ class MQClientAPI:
         resp = await self.invoke_namesrv(cmd)
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
-        self._check(resp, "name server")
+        self.check(resp, "name server")
         return TopicRouteData.decode(resp.body)
 
     async def namesrv_json(self, code: int, fields: dict[str, object] | None = None) -> Any:
-        resp = self._check(await self.invoke_namesrv(request(code, fields)), "name server")
+        resp = self.check(await self.invoke_namesrv(request(code, fields)), "name server")
         return decode_json(resp.body, str(code)) if resp.body else {}
 
     # -- send -------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class MQClientAPI:
 
     async def send_back(self, addr: str, header: ConsumerSendMsgBackRequestHeader) -> None:
         cmd = request(RequestCode.CONSUMER_SEND_MSG_BACK, header.fields())
-        self._check(await self.invoke(addr, cmd), addr)
+        self.check(await self.invoke(addr, cmd), addr)
 
     # -- pull and offsets -------------------------------------------------------------------
     async def pull(
@@ -198,7 +198,7 @@ class MQClientAPI:
         resp = await self.invoke(addr, request(RequestCode.QUERY_CONSUMER_OFFSET, header.fields()))
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
-        self._check(resp, addr)
+        self.check(resp, addr)
         return OffsetResponseHeader.decode(resp).offset
 
     async def update_consumer_offset(
@@ -206,18 +206,18 @@ class MQClientAPI:
     ) -> None:
         header = QueueOffsetHeader(group, mq.topic, mq.queue_id, offset)
         cmd = request(RequestCode.UPDATE_CONSUMER_OFFSET, header.fields())
-        self._check(await self.invoke(addr, cmd), addr)
+        self.check(await self.invoke(addr, cmd), addr)
 
     async def queue_offset(self, addr: str, code: int, mq: MessageQueue, ts: int | None) -> int:
         """GET_MAX_OFFSET / GET_MIN_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP of one queue."""
         header = TopicQueueHeader(mq.topic, mq.queue_id, ts)
-        resp = self._check(await self.invoke(addr, request(code, header.fields())), addr)
+        resp = self.check(await self.invoke(addr, request(code, header.fields())), addr)
         return OffsetResponseHeader.decode(resp).offset
 
     # -- membership -------------------------------------------------------------------------
     async def heartbeat(self, addr: str, data: HeartbeatData) -> None:
         cmd = request(RequestCode.HEART_BEAT, body=data.encode())
-        self._check(await self.invoke(addr, cmd), addr)
+        self.check(await self.invoke(addr, cmd), addr)
 
     async def unregister(
         self, addr: str, client_id: str, producer_group: str | None, consumer_group: str | None
@@ -227,7 +227,7 @@ class MQClientAPI:
             "producerGroup": producer_group,
             "consumerGroup": consumer_group,
         }
-        self._check(await self.invoke(addr, request(RequestCode.UNREGISTER_CLIENT, fields)), addr)
+        self.check(await self.invoke(addr, request(RequestCode.UNREGISTER_CLIENT, fields)), addr)
 
     async def consumer_ids(self, addr: str, group: str) -> list[str]:
         header = TopicHeader(consumer_group=group)
@@ -235,13 +235,13 @@ class MQClientAPI:
         resp = await self.invoke(addr, cmd)
         if resp.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.CONSUMER_NOT_ONLINE):
             return []  # the broker knows no member of the group (yet)
-        self._check(resp, addr)
+        self.check(resp, addr)
         ids = decode_json(resp.body, "consumer list").get("consumerIdList", [])
         return [str(i) for i in ids]
 
     async def broker_json(self, addr: str, code: int, fields: dict[str, object]) -> Any:
         """Any request answered with a JSON body (admin views)."""
-        resp = self._check(await self.invoke(addr, request(code, fields)), addr)
+        resp = self.check(await self.invoke(addr, request(code, fields)), addr)
         return decode_json(resp.body, str(code)) if resp.body else {}
 
 
