@@ -40,3 +40,85 @@ class StoreConfig:
             object.__setattr__(self, "max_message_size", self.segment_size - 8)
         if not 0 < self.disk_max_used_ratio <= self.disk_force_clean_ratio <= 1:
             raise ValueError("disk ratios must satisfy 0 < max_used <= force_clean <= 1")
+
+
+class BrokerRole(StrEnum):
+    """brokerRole: how a master replicates, or that this broker is a slave."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"  # a send is acknowledged once the master has it
+    SYNC_MASTER = "SYNC_MASTER"  # ... once a slave has acknowledged it too
+    SLAVE = "SLAVE"
+
+    @property
+    def is_master(self) -> bool:
+        return self is not BrokerRole.SLAVE
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    """A name server (RocketMQ's NamesrvConfig + the housekeeping intervals)."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9876
+    scan_interval_ms: int = 10_000  # how often expired brokers are looked for
+    broker_expiry_ms: int = 120_000  # BROKER_CHANNEL_EXPIRED_TIME
+
+    def __post_init__(self) -> None:
+        if self.scan_interval_ms <= 0 or self.broker_expiry_ms <= 0:
+            raise ValueError("name server intervals must be positive")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """A broker (RocketMQ's BrokerConfig, the HA part of MessageStoreConfig), and its store."""
+
+    store: StoreConfig
+    cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0  # 0 master, 1 slave
+    role: BrokerRole = BrokerRole.ASYNC_MASTER
+    host: str = "127.0.0.1"
+    port: int = 10911  # listenPort
+    ha_port: int = 10912  # haListenPort (masters listen, slaves ignore it)
+    namesrv_addrs: tuple[str, ...] = ()  # host:port of every name server
+    register_interval_ms: int = 30_000  # registerNameServerPeriod
+    auto_create_topic: bool = True  # autoCreateTopicEnable
+    auto_create_subscription_group: bool = True
+    default_queue_nums: int = 4  # defaultTopicQueueNums (read and write)
+    long_polling: bool = True  # longPollingEnable
+    short_polling_ms: int = 1000  # shortPollingTimeMills, when long polling is off
+    max_pull_bytes: int = 1 << 20  # bytes of messages one pull returns at most
+    slave_read_enable: bool = True  # RocketMQ's default is false: see README
+    suggest_slave_lag_bytes: int = 64 << 20  # a pull this far behind is told to use the slave
+    client_expiry_ms: int = 120_000  # channelExpiredTimeout
+    client_scan_interval_ms: int = 10_000
+    offset_persist_interval_ms: int = 5_000  # flushConsumerOffsetInterval
+    ha_master_addr: str | None = None  # a slave's master HA address; else from the name server
+    ha_heartbeat_interval_ms: int = 5_000  # haSendHeartbeatInterval
+    ha_housekeeping_ms: int = 20_000  # haHousekeepingInterval: a silent peer is dropped
+    ha_reconnect_ms: int = 1_000
+    ha_transfer_batch: int = 256 * 1024  # haTransferBatchSize
+    ha_max_gap_bytes: int = 256 << 20  # haMaxGapNotInSync: a slave further behind is "not OK"
+    sync_replica_timeout_ms: int = 5_000  # syncFlushTimeout, as SYNC_MASTER waits use it
+    slave_sync_interval_ms: int = 10_000  # SlaveSynchronize: topics, groups, offsets
+    acl_enable: bool = False
+    acl_file: Path | None = None  # accounts (see broker_runtime.acl.accounts)
+
+    def __post_init__(self) -> None:
+        if self.role is BrokerRole.SLAVE and self.broker_id == 0:
+            raise ValueError("a slave needs a brokerId other than 0")
+        if self.role.is_master and self.broker_id != 0:
+            raise ValueError(f"a master has brokerId 0, not {self.broker_id}")
+        if self.default_queue_nums <= 0:
+            raise ValueError("default_queue_nums must be positive")
+        if self.acl_enable and self.acl_file is None:
+            raise ValueError("acl_enable needs acl_file (the accounts)")
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.host}:{self.ha_port}"

@@ -104,6 +104,11 @@ def _wire_str(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def wire_fields(fields: dict[str, object] | None) -> dict[str, str]:
+    """extFields as they go on the wire: strings, None values left out."""
+    return {k: _wire_str(v) for k, v in (fields or {}).items() if v is not None}
+
+
 def request(
     code: int, fields: dict[str, object] | None = None, body: bytes = b""
 ) -> RemotingCommand:
@@ -111,7 +116,7 @@ def request(
     return RemotingCommand(
         code=int(code),
         opaque=next(_opaques),
-        ext_fields={k: _wire_str(v) for k, v in (fields or {}).items() if v is not None},
+        ext_fields=wire_fields(fields),
         body=body,
     )
 
@@ -129,6 +134,6 @@ def response_to(
         opaque=req.opaque,
         flag=FLAG_RESPONSE,
         remark=remark,
-        ext_fields={k: _wire_str(v) for k, v in (fields or {}).items() if v is not None},
+        ext_fields=wire_fields(fields),
         body=body,
     )

@@ -36,6 +36,8 @@ class Dispatcher:
         self.dispatched_offset = 0  # end of the last dispatched message
         self.dispatched_timestamp = 0
         self.error: BaseException | None = None
+        # Told of each batch the thread dispatched (a broker wakes long-polling pulls with it).
+        self.listeners: list[Callable[[list[DispatchRequest]], None]] = []
 
     def apply(self, requests: Iterable[DispatchRequest]) -> int:
         """Write the entries of `requests` (in log order); returns how many were applied."""
@@ -92,12 +94,21 @@ class Dispatcher:
             except Exception as e:  # the log keeps the data; recovery re-dispatches it
                 log.exception("dispatch failed; ConsumeQueue/index stop here until restart")
                 self.error = e
+            else:
+                self._tell_listeners(batch)
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
                 if self.error is not None:
                     self._running = False
                     return
+
+    def _tell_listeners(self, batch: list[DispatchRequest]) -> None:
+        for listener in self.listeners:
+            try:
+                listener(batch)
+            except Exception:
+                log.exception("dispatch listener failed")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is dispatched; False on timeout."""
