@@ -50,9 +50,10 @@ class MQAdmin:
         info = await self.api.namesrv_json(RequestCode.GET_BROKER_CLUSTER_INFO)
         out = {}
         for name, data in sorted(info.get("brokerAddrTable", {}).items()):
-            addr = data.get("brokerAddrs", {}).get(str(MASTER_ID))
-            if addr:
-                out[name] = str(addr)
+            addrs = {int(k): str(v) for k, v in data.get("brokerAddrs", {}).items()}
+            self.instance.brokers.setdefault(name, addrs)
+            if MASTER_ID in addrs:
+                out[name] = addrs[MASTER_ID]
         return out
 
     async def topic_list(self) -> list[str]:
