@@ -85,6 +85,7 @@ class BrokerController:
 
         loop = asyncio.get_running_loop()
         self.store = store = await loop.run_in_executor(None, MessageStore, self.config.store)
+        (store.root / "commitlog").mkdir(exist_ok=True)  # a store dir even before any message
         rec = store.recovery
         log.info(
             "store open: log %d..%d, unclean=%s, %d bytes cut",
