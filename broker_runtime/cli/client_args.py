@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.cluster.layout import CLUSTER_FILE, ClusterLayout
 
 
 def add_target(parser: argparse.ArgumentParser) -> None:
@@ -24,23 +24,13 @@ def add_target(parser: argparse.ArgumentParser) -> None:
 
 
 def namesrv_of_data_dir(data_dir: Path) -> str:
-    """`host:port;...` of the name servers listed in DIR/cluster.json."""
-    path = data_dir / "cluster.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path} not found: is a cluster running there?") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON: {e}") from None
-    nodes = data.get("nodes", []) if isinstance(data, dict) else data
-    addrs = [
-        f"{n['host']}:{n['port']}"
-        for n in nodes
-        if isinstance(n, dict) and n.get("role") == "namesrv" and "host" in n and "port" in n
-    ]
-    if not addrs:
-        raise ValueError(f"{path} lists no name server")
-    return ";".join(addrs)
+    """`host:port;...` of the name servers DIR/cluster.json lists."""
+    if not (data_dir / CLUSTER_FILE).exists():
+        raise ValueError(f"{data_dir / CLUSTER_FILE} not found: is a cluster running there?")
+    addr = ClusterLayout.load(data_dir).namesrv_addr
+    if not addr:
+        raise ValueError(f"{data_dir / CLUSTER_FILE} lists no name server")
+    return addr
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig:
