@@ -37,6 +37,7 @@ from broker_runtime.remoting.headers import (
     SendMessageResponseHeader,
     TopicHeader,
     TopicQueueHeader,
+    UnregisterClientRequestHeader,
 )
 from broker_runtime.remoting.protocol import RequestCode, ResponseCode
 from broker_runtime.remoting.server import Processor, ProcessorTable
@@ -222,12 +223,9 @@ class MQClientAPI:
     async def unregister(
         self, addr: str, client_id: str, producer_group: str | None, consumer_group: str | None
     ) -> None:
-        fields: dict[str, object] = {
-            "clientID": client_id,
-            "producerGroup": producer_group,
-            "consumerGroup": consumer_group,
-        }
-        self.check(await self.invoke(addr, request(RequestCode.UNREGISTER_CLIENT, fields)), addr)
+        header = UnregisterClientRequestHeader(client_id, producer_group, consumer_group)
+        cmd = request(RequestCode.UNREGISTER_CLIENT, header.fields())
+        self.check(await self.invoke(addr, cmd), addr)
 
     async def consumer_ids(self, addr: str, group: str) -> list[str]:
         header = TopicHeader(consumer_group=group)

@@ -33,7 +33,13 @@ from broker_runtime.client.route import read_queues
 from broker_runtime.client.tag_filter import Subscription, parse
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
-from broker_runtime.remoting.bodies import ConsumerData, HeartbeatData, SubscriptionData
+from broker_runtime.remoting.bodies import (
+    BodyError,
+    ConsumerData,
+    HeartbeatData,
+    SubscriptionData,
+    decode_json,
+)
 from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.protocol import RequestCode
@@ -87,7 +93,10 @@ class ConsumerBase:
             self.client_id,
             self._heartbeat_data,
             lambda: list(self.subscriptions),
-            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed},
+            handlers={
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+            },
         )
         self.puller = Puller(self.instance, self.group)
         self.offset_store: OffsetStore
@@ -168,6 +177,33 @@ class ConsumerBase:
     async def _on_ids_changed(self, cmd: RemotingCommand, conn: Connection) -> None:
         if self._wakeup is not None:
             self._wakeup.set()
+
+    async def _on_reset_offset(self, cmd: RemotingCommand, conn: Connection) -> None:
+        """An admin moved the group's offsets: drop those queues and take them again from
+        the new offsets (in-flight results of the old process queues are not committed)."""
+        if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
+            return
+        try:
+            rows = decode_json(cmd.body, "offset reset").get("offsetTable", [])
+            reset = {
+                MessageQueue(str(r["topic"]), str(r["brokerName"]), int(r["queueId"])): int(
+                    r["offset"]
+                )
+                for r in rows
+            }
+        except (BodyError, KeyError, TypeError, ValueError) as e:
+            log.warning("%s: bad offset reset notice: %s", self.client_id, e)
+            return
+        async with self._rebalance_lock:
+            for mq, offset in reset.items():
+                pq = self.pq_table.pop(mq, None)
+                if pq is not None:
+                    pq.dropped = True
+                    self._queue_removed(mq, pq)
+                self.offset_store.table.update(mq, offset)
+                self.offset_store.table.dirty.discard(mq)  # the broker has it already
+        log.info("%s: offsets reset by admin for %d queue(s)", self.client_id, len(reset))
+        self.rebalance_now()
 
     async def _rebalance_loop(self) -> None:
         assert self._wakeup is not None

@@ -181,9 +181,11 @@ class ClientInstance:
                     log.info("%s: heartbeat to %s (%s) failed: %s", self.client_id, broker, addr, e)
 
     async def unregister_all(self, producer_group: str | None, consumer_group: str | None) -> None:
-        for addrs in list(self.brokers.values()):
-            for addr in addrs.values():
-                try:
-                    await self.api.unregister(addr, self.client_id, producer_group, consumer_group)
-                except Exception as e:
-                    log.info("%s: unregister at %s failed: %s", self.client_id, addr, e)
+        async def one(addr: str) -> None:
+            try:
+                await self.api.unregister(addr, self.client_id, producer_group, consumer_group)
+            except Exception as e:
+                log.info("%s: unregister at %s failed: %s", self.client_id, addr, e)
+
+        addrs = {a for group in self.brokers.values() for a in group.values()}
+        await asyncio.gather(*(one(a) for a in sorted(addrs)))
