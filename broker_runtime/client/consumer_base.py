@@ -336,6 +336,7 @@ class ConsumerBase:
             offset = result.next_begin_offset
             if result.messages:
                 pq.put(result.messages)
+                pq.pulled_to(offset)
                 self._deliver(mq, pq, result.messages)
             elif len(pq) == 0:  # correctTagsOffset: nothing in flight, skip what was filtered
                 self.offset_store.update(mq, offset, increase_only=True)

@@ -51,6 +51,14 @@ class ProcessQueue:
             added += 1
         return added
 
+    def pulled_to(self, next_offset: int) -> None:
+        """Everything below `next_offset` was pulled: in flight now, or filtered out by tag.
+
+        With nothing in flight the commit offset is then `next_offset`, so messages the tag
+        filter skipped after the last delivered one do not show as lag.
+        """
+        self.max_offset = max(self.max_offset, next_offset - 1)
+
     def first_offset(self) -> int | None:
         heap = self._heap
         while heap and heap[0] not in self._msgs:

@@ -326,3 +326,11 @@ def test_ack_index_marks_the_rest_of_a_batch_failed() -> None:
         await svc.shutdown()
 
     run(t())
+
+
+def test_filtered_tail_is_committed_once_nothing_is_in_flight() -> None:
+    pq = ProcessQueue()
+    pq.put([stored(0), stored(1)])
+    pq.pulled_to(4)  # offsets 2 and 3 were skipped by the tag filter
+    assert pq.remove([1]) == 0
+    assert pq.remove([0]) == 4
