@@ -159,6 +159,8 @@ class MQAdmin:
             resp = self.api.check(await self.api.invoke(addr, cmd), addr)
         except RemotingError as e:
             raise MQClientError(f"broker {addr} of offset id {offset_msg_id}: {e}") from e
+        if self._broker_of(addr) == addr:
+            await self.masters()  # learn which broker group owns that address
         msgs = decode_messages(resp.body, self._broker_of(addr))
         if not msgs:
             raise MQClientError(f"no message at {offset_msg_id}")
