@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +16,7 @@ from broker_runtime.cli.client_args import (
 )
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.model import MQClientError, ReceivedMessage
+from broker_runtime.common import aio
 from broker_runtime.remoting.connection import RemotingError
 
 BODY_SHOWN = 256
@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace, work: Callable[[MQAdmin], Awaitable[Any]]) ->
             return await work(admin)
 
     try:
-        return asyncio.run(main())
+        return aio.run(main())
     except (MQClientError, RemotingError) as e:
         raise ValueError(str(e)) from e  # main() prints it and exits 2
 

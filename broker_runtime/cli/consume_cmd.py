@@ -19,6 +19,7 @@ from broker_runtime.client.model import (
     ReceivedMessage,
 )
 from broker_runtime.client.push_consumer import PushConsumer
+from broker_runtime.common import aio
 
 FROM = {
     "first": ConsumeFromWhere.FIRST_OFFSET,
@@ -104,6 +105,6 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise ValueError("--timeout and --threads must be positive")
     if args.consume_from == "timestamp" and args.timestamp is None:
         raise ValueError("--from timestamp needs --timestamp")
-    counts = asyncio.run(consume(args))
+    counts = aio.run(consume(args))
     print(json.dumps(counts))
     return 0

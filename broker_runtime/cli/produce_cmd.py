@@ -11,6 +11,7 @@ import logging
 from broker_runtime.cli.client_args import Progress, add_target, client_config
 from broker_runtime.client.model import MQClientError, new_message
 from broker_runtime.client.producer import Producer
+from broker_runtime.common import aio
 from broker_runtime.common.message import Message
 from broker_runtime.remoting.connection import RemotingError
 
@@ -85,6 +86,6 @@ def cmd_produce(args: argparse.Namespace) -> int:
     for name in ("count", "size", "concurrency", "batch"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} must be positive")
-    counts = asyncio.run(produce(args))
+    counts = aio.run(produce(args))
     print(json.dumps(counts))
     return 0 if counts["failed"] == 0 else 1

@@ -34,7 +34,7 @@ from broker_runtime.common.message import (
     properties_to_string,
 )
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
-from broker_runtime.remoting.bodies import HeartbeatData, encode_batch
+from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, encode_batch
 from broker_runtime.remoting.connection import RemotingError
 from broker_runtime.remoting.headers import SendMessageRequestHeader
 from broker_runtime.remoting.protocol import ResponseCode
@@ -99,6 +99,7 @@ class Producer:
         )
         self._running = False
         self._pending: set[asyncio.Task[SendResult]] = set()
+        self._valid_topics: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -205,7 +206,8 @@ class Producer:
 
     def _check(self, msg: Message) -> None:
         self._check_running()
-        validate_topic(msg.topic)
+        if msg.topic not in self._valid_topics:
+            self._valid_topics.add(validate_topic(msg.topic))
         if not msg.body:
             raise MQClientError("message body is empty")
         if len(msg.body) > self.max_message_size:
@@ -234,7 +236,9 @@ class Producer:
     async def _send_with_retries(
         self, msgs: list[Message], times: int, timeout_s: float
     ) -> SendResult:
-        info = await self.instance.publish_info(msgs[0].topic, self.default_topic_queue_nums)
+        info = self.instance.publish.get(msgs[0].topic)  # the hot path: no await when cached
+        if info is None or not info.ok():
+            info = await self.instance.publish_info(msgs[0].topic, self.default_topic_queue_nums)
         last_broker: str | None = None
         errors: list[str] = []
         error: BaseException | None = None
@@ -282,7 +286,9 @@ class Producer:
     async def _send_kernel(
         self, msgs: list[Message], mq: MessageQueue, timeout_s: float
     ) -> SendResult:
-        addr = await self.instance.master_addr(mq.broker, mq.topic)
+        addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
+        if addr is None:
+            addr = await self.instance.master_addr(mq.broker, mq.topic)
         ids = tuple(m.properties.get("UNIQ_KEY", "") for m in msgs)
         if len(msgs) == 1:
             header = self._header(msgs[0], mq)

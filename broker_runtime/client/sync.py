@@ -16,6 +16,7 @@ from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import ReceivedMessage, SendResult
 from broker_runtime.client.producer import Producer, QueueSelector, select_by_hash
 from broker_runtime.client.rebalance import MessageQueue
+from broker_runtime.common import aio
 from broker_runtime.common.message import Message
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ class LoopThread:
     """An event loop running in a daemon thread until `stop`."""
 
     def __init__(self, name: str = "mq-client") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = aio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 

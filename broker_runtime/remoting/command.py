@@ -90,7 +90,9 @@ class RemotingCommand:
             opaque=opaque,
             flag=flag,
             remark=remark if isinstance(remark, str) else None,
-            ext_fields={str(k): _wire_str(v) for k, v in ext.items()},
+            ext_fields=ext
+            if all(type(v) is str for v in ext.values())  # as every client sends them
+            else {str(k): _wire_str(v) for k, v in ext.items()},
             body=body,
             version=header.get("version", 0) if isinstance(header.get("version"), int) else 0,
             language=str(header.get("language", "JAVA")),
