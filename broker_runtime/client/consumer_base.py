@@ -25,6 +25,7 @@ from broker_runtime.client.offset_store import (
     OffsetStore,
     ReadType,
     RemoteBrokerOffsetStore,
+    default_offsets_dir,
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.puller import Puller
@@ -47,11 +48,6 @@ from broker_runtime.remoting.protocol import RequestCode
 log = logging.getLogger(__name__)
 
 HALF_HOUR_MS = 30 * 60 * 1000
-
-
-def default_offsets_dir() -> Path:
-    """RocketMQ's `~/.rocketmq_offsets` (rocketmq.client.localOffsetStoreDir)."""
-    return Path.home() / ".rocketmq_offsets"
 
 
 class ConsumerBase:
