@@ -99,7 +99,7 @@ def broker_config(data: dict[str, Any], where: str = "broker config") -> BrokerC
     if "store_dir" not in store:
         raise ConfigError(f"{where}: store.store_dir is required")
     host = str(data.get("host", "127.0.0.1"))
-    port = int(data.get("port", 10911))
+    port = _convert(data.get("port", 10911), int, "port")
     store.setdefault("store_host", (host, port))
     if isinstance(store["store_host"], list):
         store["store_host"] = tuple(store["store_host"])

@@ -131,12 +131,6 @@ def consistent_hash(virtual_nodes: int = 10) -> Allocate:
     return allocate
 
 
-def allocate_consistent_hash(
-    group: str, current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-) -> list[MessageQueue]:
-    return consistent_hash()(group, current_cid, mq_all, cid_all)
-
-
 def machine_room_of_broker(broker: str) -> str | None:
     """The room a broker is in, named `room@broker` (AllocateMessageQueueByMachineRoom)."""
     room, sep, _ = broker.partition("@")

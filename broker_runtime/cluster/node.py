@@ -46,10 +46,10 @@ def run_node(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[
             loop.add_signal_handler(sig, done.set)
         try:
             await start()
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
+        except BaseException as e:
+            await stop()  # whatever did start (the store) stops cleanly
+            if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
                 log.error("port in use: %s", e)
-                await stop()
                 return EXIT_PORT_IN_USE
             raise
         log.info("started")

@@ -89,6 +89,7 @@ class BrokerConfig:
     long_polling: bool = True  # longPollingEnable
     short_polling_ms: int = 1000  # shortPollingTimeMills, when long polling is off
     max_pull_bytes: int = 1 << 20  # bytes of messages one pull returns at most
+    max_suspend_ms: int = 60_000  # a longer suspend timeout asked for is cut to this
     slave_read_enable: bool = True  # RocketMQ's default is false: see README
     suggest_slave_lag_bytes: int = 64 << 20  # a pull this far behind is told to use the slave
     client_expiry_ms: int = 120_000  # channelExpiredTimeout

@@ -73,7 +73,7 @@ def test_acl_refuses_unsigned_forged_and_unpermitted_requests(tmp_path: Path) ->
                 assert r.code == R.NO_PERMISSION and "OtherTopic" in (r.remark or "")
                 resp, _ = await prod.pull(master, "AclTopic", 0, 0, group="AclGroup")
                 assert resp.code == R.NO_PERMISSION
-                resp, msgs = await cons.pull(master, "AclTopic", 0, 0, group="AclGroup")
+                resp, _ = await cons.pull(master, "AclTopic", 0, 0, group="AclGroup")
                 assert resp.code in (R.SUCCESS, R.PULL_NOT_FOUND), resp.remark
                 resp, _ = await cons.pull(master, "AclTopic", 0, 0, group="OtherGroup")
                 assert resp.code == R.NO_PERMISSION and "OtherGroup" in (resp.remark or "")

@@ -290,7 +290,7 @@ def test_state_files_survive_a_clean_restart(cluster: Cluster, tmp_path: Path) -
     async def t() -> None:
         c = RawClient()
         try:
-            resp, msgs = await c.pull(master, "LP", 2, 0)
+            _, msgs = await c.pull(master, "LP", 2, 0)
             assert [m.body for m in msgs] == [b"first", b"second", b"third"]
         finally:
             await c.close()

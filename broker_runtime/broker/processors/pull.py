@@ -87,7 +87,8 @@ class PullProcessor:
         store = ctl.require_store()
         key = (h.topic, h.queue_id)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0, h.suspend_timeout_millis) / 1000
+        suspend_ms = min(max(0, h.suspend_timeout_millis), cfg.max_suspend_ms)
+        deadline = loop.time() + suspend_ms / 1000
         offset = h.queue_offset
         while True:
             result = read_queue(
@@ -102,7 +103,7 @@ class PullProcessor:
                 slave_lag_bytes=cfg.suggest_slave_lag_bytes,
             )
             left = deadline - loop.time()
-            if result.status not in _HOLDABLE or left <= 0 or ctl.hold is None:
+            if result.status not in _HOLDABLE or left <= 0 or ctl.hold is None or conn.closed:
                 break
             if result.status is GetStatus.NO_MATCHED_MSG:
                 offset = result.next_begin_offset  # nothing matched so far: look on from there
