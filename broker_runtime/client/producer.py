@@ -100,6 +100,8 @@ class Producer:
         self._running = False
         self._pending: set[asyncio.Task[SendResult]] = set()
         self._valid_topics: set[str] = set()
+        self._refreshing: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -249,6 +251,7 @@ class Producer:
                 result = await self._send_kernel(msgs, mq, timeout_s)
             except (RemotingError, MQClientError) as e:
                 self.faults.failed(mq.broker, self.clock.now_ms())
+                self._refresh_route_soon(mq.topic)
                 if isinstance(e, MQBrokerError) and e.code not in RETRY_CODES:
                     raise
                 errors.append(f"{mq.broker}: {e}")
@@ -259,6 +262,25 @@ class Producer:
         raise MQClientError(
             f"send to {msgs[0].topic} failed after {len(errors)} attempt(s): {'; '.join(errors)}"
         ) from error
+
+    def _refresh_route_soon(self, topic: str) -> None:
+        """After a failure the route may be stale (a master gone): ask again, in the
+        background, once at a time per topic."""
+        if topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
+            try:
+                await self.instance.update_route(topic)
+            except Exception as e:
+                log.info("route of %s not refreshed after a failure: %s", topic, e)
+            finally:
+                self._refreshing.discard(topic)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._background.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._background.discard)
 
     def _header(
         self, msg: Message, mq: MessageQueue, batch: bool = False
