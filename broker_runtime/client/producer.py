@@ -114,6 +114,9 @@ class Producer:
         self._running = False
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.instance.unregister_all(self.group, None)
         await self.instance.close()
 
