@@ -30,6 +30,7 @@ from broker_runtime.common.message import (
     DELAY,
     MAX_RECONSUME_TIMES,
     RECONSUME_TIME,
+    UNIQ_KEY,
     Message,
     properties_to_string,
 )
@@ -314,7 +315,7 @@ class Producer:
         addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
         if addr is None:
             addr = await self.instance.master_addr(mq.broker, mq.topic)
-        ids = tuple(m.properties.get("UNIQ_KEY", "") for m in msgs)
+        ids = tuple(m.properties[UNIQ_KEY] for m in msgs)
         if len(msgs) == 1:
             header = self._header(msgs[0], mq)
             body = msgs[0].body
