@@ -62,8 +62,15 @@ QueueSelector = Callable[[Sequence[MessageQueue], Message, object], MessageQueue
 
 
 def select_by_hash(mqs: Sequence[MessageQueue], msg: Message, key: object) -> MessageQueue:
-    """SelectMessageQueueByHash: `abs(key.hashCode() % n)`, with Java's String hash."""
-    h = java_string_hash(key) if isinstance(key, str) else hash(key)
+    """SelectMessageQueueByHash: `abs(key.hashCode() % n)`, with Java's hash codes.
+
+    Stable across processes (Python's own str/bytes hash is salted per process): an int
+    is its own hash code, as Integer's; anything else hashes as the string it prints as.
+    """
+    if isinstance(key, int) and not isinstance(key, bool):
+        h = key
+    else:
+        h = java_string_hash(key if isinstance(key, str) else str(key))
     return mqs[abs(h) % len(mqs)]
 
 
