@@ -202,9 +202,7 @@ def ingest(data_dir: Path, lake: Path, master: str) -> dict[str, Any]:
         # wall-clock figures above depend on what else runs; this one much less.
         "ingest_cpu_seconds": round(cpu, 1),
         "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
-        "driver_python_peak_rss_mb": round(
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        ),
+        "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
         "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
     }
 
