@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
+from broker_runtime.store.accel import native
 from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.index_service import IndexService
 from broker_runtime.store.record_codec import DispatchRequest
@@ -18,6 +19,30 @@ from broker_runtime.store.record_codec import DispatchRequest
 log = logging.getLogger(__name__)
 BATCH = 1024
 GATHER_S = 0.001
+
+
+QueueRows = dict[tuple[str, int], list[tuple[int, int, int, int]]]
+IndexRow = tuple[str, int, int, str | None, str | None]
+
+
+def _split_requests(requests: Sequence[DispatchRequest]) -> tuple[QueueRows, list[IndexRow]]:
+    """ConsumeQueue rows (queue offset, log offset, size, tag code) per queue, and index rows.
+
+    Index rows (topic, log offset, store time, UNIQ_KEY, KEYS) only for messages with keys.
+    """
+    by_queue: QueueRows = {}
+    index_rows: list[IndexRow] = []
+    for r in requests:
+        rows = by_queue.get((r.topic, r.queue_id))
+        if rows is None:
+            rows = by_queue[(r.topic, r.queue_id)] = []
+        rows.append((r.queue_offset, r.phys_offset, r.size, r.tags_code))
+        if r.uniq_key is not None or r.keys is not None:
+            index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
+    return by_queue, index_rows
+
+
+split_requests = _split_requests if native is None else native.split_requests
 
 
 class Dispatcher:
@@ -37,28 +62,19 @@ class Dispatcher:
         self.dispatched_timestamp = 0
         self.error: BaseException | None = None
 
-    def apply(self, requests: Iterable[DispatchRequest]) -> int:
+    def apply(self, requests: Sequence[DispatchRequest]) -> int:
         """Write the entries of `requests` (in log order); returns how many were applied."""
-        by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        index_rows: list[tuple[str, int, int, str | None, str | None]] = []
-        last: DispatchRequest | None = None
-        for r in requests:
-            rows = by_queue.get((r.topic, r.queue_id))
-            if rows is None:
-                rows = by_queue[(r.topic, r.queue_id)] = []
-            rows.append((r.queue_offset, r.phys_offset, r.size, r.tags_code))
-            if r.uniq_key is not None or r.keys is not None:
-                index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
-            last = r
-        if last is None:
+        if not requests:
             return 0
+        by_queue, index_rows = split_requests(requests)
         for (topic, queue_id), rows in by_queue.items():
             self._consume_queue(topic, queue_id).put(rows)
         if self._index is not None and index_rows:
             self._index.build(index_rows)
+        last = requests[-1]
         self.dispatched_offset = last.phys_offset + last.size
         self.dispatched_timestamp = last.store_timestamp
-        return sum(len(rows) for rows in by_queue.values())
+        return len(requests)
 
     # -- the background thread ------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 from broker_runtime.common.java_hash import tags_code
@@ -31,6 +33,7 @@ from broker_runtime.common.message import (
     string_to_properties,
 )
 from broker_runtime.common.topics import validate_topic
+from broker_runtime.store.accel import native
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7 as a signed i32
 BLANK_MAGIC = -875286124  # 0xCBD43194
@@ -179,6 +182,18 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
     )
 
 
+def prepare_batch(
+    msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> list[Prepared]:
+    """`prepare` of each message, in order; the first bad one raises as `prepare` does."""
+    if native is not None:
+        # The C kernel takes the common case itself and hands any other message to `prepare`.
+        return native.prepare_batch(  # type: ignore[no-any-return]
+            msgs, max_message_size, _valid_topics, _hosts, prepare, Prepared
+        )
+    return [prepare(m, max_message_size) for m in msgs]
+
+
 def encode_into(
     out: bytearray,
     p: Prepared,
@@ -195,6 +210,44 @@ def encode_into(
     )  # fmt: skip
     out += p[10]
     out += p[11]
+
+
+def _encode_run(
+    batch: Sequence[Prepared],
+    start: int,
+    room: int,
+    base: int,
+    now: int,
+    store_ip: bytes,
+    store_port: int,
+    qtable: dict[tuple[str, int], int],
+    taken: dict[tuple[str, int], int],
+    results: list[DispatchRequest],
+    buf: bytearray,
+) -> int:
+    """Encode batch[start:] into `buf` while the units fit in `room` bytes; returns the stop.
+
+    `buf` holds the segment's bytes from log offset `base` on. Queue offsets come from `taken`
+    (this put's), else `qtable` (the log's), and go back into `taken`; each message's
+    DispatchRequest is appended to `results`.
+    """
+    new = tuple.__new__  # NamedTuple's own __new__ is Python code: too slow per message
+    i, n = start, len(batch)
+    while i < n:
+        p = batch[i]
+        if p.size > room - len(buf):
+            break
+        phys = base + len(buf)
+        topic, qid = key = (p.topic, p.queue_id)
+        qo = taken.get(key)
+        if qo is None:
+            qo = qtable.get(key, 0)
+        taken[key] = qo + 1
+        encode_into(buf, p, qo, phys, now, store_ip, store_port)
+        req = (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys)
+        results.append(new(DispatchRequest, req))
+        i += 1
+    return i
 
 
 def crc_ok(buf: Buffer, pos: int) -> bool:
@@ -326,3 +379,7 @@ def dispatch_request(buf: Buffer, pos: int, phys_offset: int) -> DispatchRequest
         m.properties.get(UNIQ_KEY),
         m.properties.get(KEYS),
     )
+
+
+# The C kernel builds DispatchRequests itself: it is handed the class once, here.
+encode_run = _encode_run if native is None else partial(native.encode_run, DispatchRequest)
