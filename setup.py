@@ -13,7 +13,7 @@ setup(
     ext_modules=[
         Extension(
             "broker_runtime.store._accel",
-            sources=[f"{STORE}/_accel_codec.c", f"{STORE}/_accel_dispatch.c"],
+            sources=[f"{STORE}/_accel_{name}.c" for name in ("codec", "dispatch", "crc")],
             depends=[f"{STORE}/_accel.h"],
             libraries=["z"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

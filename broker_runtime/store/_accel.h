@@ -41,6 +41,13 @@ int accel_int(PyObject *o, int64_t lo, int64_t hi, const char *what, int64_t *ou
 
 int accel_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want);
 
+/* zlib's crc32(0, buf, len), faster (_accel_crc.c); accel_crc_init once before use. */
+void accel_crc_init(void);
+int accel_crc_clmul(void);
+uint32_t accel_crc32(const unsigned char *buf, size_t len);
+
+PyObject *accel_body_crc(PyObject *self, PyObject *arg);
+
 PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *accel_index_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

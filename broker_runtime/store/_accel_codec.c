@@ -1,8 +1,6 @@
 /* Message units: prepare and encode (record_codec.prepare_batch / _encode_run), module init. */
 #include "_accel.h"
 
-#include <zlib.h>
-
 #define HEADER_SIZE 88
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define MAX_PROPERTIES_LENGTH 32767
@@ -123,7 +121,7 @@ static PyObject *fast_prepare(PrepareCtx *c, PyObject *msg) {
     uint32_t tags_code = 0;
     if (tags != NULL && PyUnicode_GET_LENGTH(tags) > 0)
         tags_code = accel_java_hash(tags, 0, PyUnicode_GET_LENGTH(tags), 0);
-    uLong crc = crc32_z(0, (const Bytef *)PyBytes_AS_STRING(body), (z_size_t)blen) & 0x7FFFFFFF;
+    uint32_t crc = accel_crc32((const unsigned char *)PyBytes_AS_STRING(body), (size_t)blen);
 
     oom = 1; /* from here on, a failure is a real error */
     PyObject *tail = made[0] = PyBytes_FromStringAndSize(NULL, 1 + tlen + 2 + plen);
@@ -145,7 +143,7 @@ static PyObject *fast_prepare(PrepareCtx *c, PyObject *msg) {
     }
     const char *raw_host = PyBytes_AS_STRING(host);
     made[1] = PyLong_FromSsize_t(size);
-    made[2] = PyLong_FromUnsignedLong(crc);
+    made[2] = PyLong_FromUnsignedLong(crc & 0x7FFFFFFF);
     made[3] = PyBytes_FromStringAndSize(raw_host, 4);
     made[4] = PyLong_FromLong(get_be32(raw_host + 4));
     made[5] = PyLong_FromLong((int32_t)tags_code);
@@ -337,6 +335,7 @@ static PyMethodDef methods[] = {
      "record_codec.prepare_batch"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL,
      "record_codec._encode_run, DispatchRequest first"},
+    {"body_crc", accel_body_crc, METH_O, "record_codec._body_crc"},
     {"split_requests", (PyCFunction)(void (*)(void))accel_split_requests, METH_FASTCALL,
      "dispatcher._split_requests"},
     {"pack_entries", (PyCFunction)(void (*)(void))accel_pack_entries, METH_FASTCALL,
@@ -354,6 +353,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__accel(void) {
+    accel_crc_init();
     for (int i = 0; i < N_F; i++)
         if ((field_str[i] = PyUnicode_InternFromString(field_names[i])) == NULL) return NULL;
     if ((s_TAGS = PyUnicode_InternFromString("TAGS")) == NULL ||
@@ -361,6 +361,8 @@ PyMODINIT_FUNC PyInit__accel(void) {
         (s_KEYS = PyUnicode_InternFromString("KEYS")) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0) Py_CLEAR(m);
+    if (m != NULL && (PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
+                      PyModule_AddIntConstant(m, "CLMUL", accel_crc_clmul()) < 0))
+        Py_CLEAR(m);
     return m;
 }

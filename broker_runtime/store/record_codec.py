@@ -67,9 +67,12 @@ class MessageRejected(ValueError):
     """A message the store refuses to write (bad topic, too large, bad properties)."""
 
 
-def body_crc(body: Buffer) -> int:
+def _body_crc(body: Buffer) -> int:
     """BODYCRC as RocketMQ's `UtilAll.crc32` stores it: CRC32 with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+body_crc = _body_crc if native is None else native.body_crc
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:

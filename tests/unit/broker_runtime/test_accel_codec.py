@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
@@ -161,3 +162,12 @@ def test_encode_run_refuses_inconsistent_prepared() -> None:
     bad = p._replace(size=p.size + 1)  # the C kernel would write past what it sized
     with pytest.raises(ValueError, match="does not add up"):
         C.encode_run(DispatchRequest, [bad], 0, 10_000, 0, 0, b"\0" * 4, 0, {}, {}, [], bytearray())
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=5000), offset=st.integers(0, 15), big=st.booleans())
+def test_body_crc_is_zlib_crc32(data: bytes, offset: int, big: bool) -> None:
+    if big:  # whole-log sizes, where the kernel lets go of the GIL
+        data = data * (70_000 // (len(data) + 1) + 1)
+    view = memoryview(data)[offset:]  # any alignment, any buffer
+    assert C.body_crc(view) == zlib.crc32(view) & 0x7FFFFFFF == codec._body_crc(view)
