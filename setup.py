@@ -8,12 +8,13 @@ pure-Python kernels.
 from setuptools import Extension, setup
 
 STORE = "broker_runtime/store"
+SOURCES = ["module", "prepare", "encode", "dispatch", "crc"]  # _accel_<name>.c
 
 setup(
     ext_modules=[
         Extension(
             "broker_runtime.store._accel",
-            sources=[f"{STORE}/_accel_{name}.c" for name in ("codec", "dispatch", "crc")],
+            sources=[f"{STORE}/_accel_{name}.c" for name in SOURCES],
             depends=[f"{STORE}/_accel.h"],
             libraries=["z"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

@@ -12,40 +12,44 @@ static int check_row(PyObject *row, Py_ssize_t n, const char *what) {
     return -1;
 }
 
-/* split_requests(requests) -> (rows per (topic, queue id), index rows): dispatcher. */
+/* split_requests(requests) -> (requests per (topic, queue id), index rows): dispatcher. */
 PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (accel_nargs("split_requests", nargs, 1) < 0) return NULL;
     PyObject *seq = PySequence_Fast(args[0], "requests must be a sequence");
     if (seq == NULL) return NULL;
     PyObject *by_queue = PyDict_New(), *index_rows = PyList_New(0), *result = NULL;
+    QueueTable table;
+    memset(&table, 0, sizeof(table));
     if (by_queue == NULL || index_rows == NULL) goto done;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *r = PySequence_Fast_GET_ITEM(seq, i), **f = NULL;
-        if (check_row(r, 9, "dispatch requests") < 0) goto done;
+        PyObject *r = PySequence_Fast_GET_ITEM(seq, i), **f, *rows = NULL, *key = NULL;
+        int created;
+        if (check_row(r, REQUEST_FIELDS, "dispatch requests") < 0) goto done;
         f = &PyTuple_GET_ITEM(r, 0);
-        PyObject *key = PyTuple_Pack(2, f[0], f[1]), *rows = NULL, *row = NULL;
-        if (key == NULL) goto done;
-        rows = PyDict_GetItemWithError(by_queue, key);
-        if (rows == NULL && !PyErr_Occurred()) {
-            rows = PyList_New(0); /* the dict holds it from here on */
-            if (rows != NULL && PyDict_SetItem(by_queue, key, rows) < 0) Py_CLEAR(rows);
-            Py_XDECREF(rows);
+        QueueSlot *slot = accel_queue_slot(&table, f[0], f[1], &created);
+        if (slot != NULL && !created) {
+            rows = slot->value;
+        } else if (!PyErr_Occurred()) { /* the dict decides; the table remembers its answer */
+            key = slot != NULL ? Py_NewRef(slot->key) : PyTuple_Pack(2, f[0], f[1]);
+            rows = key ? PyDict_GetItemWithError(by_queue, key) : NULL;
+            if (rows == NULL && !PyErr_Occurred() && (rows = PyList_New(0)) != NULL) {
+                if (PyDict_SetItem(by_queue, key, rows) < 0) Py_CLEAR(rows);
+                Py_XDECREF(rows); /* the dict holds it */
+            }
+            Py_XDECREF(key);
+            if (slot != NULL) slot->value = rows;
         }
-        Py_DECREF(key);
-        if (rows == NULL) goto done;
-        int failed = (row = PyTuple_Pack(4, f[2], f[3], f[4], f[6])) == NULL ||
-                     PyList_Append(rows, row) < 0;
-        Py_XDECREF(row);
-        if (failed) goto done;
+        if (rows == NULL || PyList_Append(rows, r) < 0) goto done;
         if (f[7] != Py_None || f[8] != Py_None) {
-            failed = (row = PyTuple_Pack(5, f[0], f[3], f[5], f[7], f[8])) == NULL ||
-                     PyList_Append(index_rows, row) < 0;
+            PyObject *row = PyTuple_Pack(5, f[0], f[3], f[5], f[7], f[8]);
+            int failed = row == NULL || PyList_Append(index_rows, row) < 0;
             Py_XDECREF(row);
             if (failed) goto done;
         }
     }
     result = PyTuple_Pack(2, by_queue, index_rows);
 done:
+    accel_queue_clear(&table);
     Py_DECREF(seq);
     Py_XDECREF(by_queue);
     Py_XDECREF(index_rows);
@@ -88,7 +92,7 @@ static Py_ssize_t cq_run(const CqRow *rows, Py_ssize_t n, int64_t *expected, int
     return len;
 }
 
-/* pack_entries(entries, expected, max_phys_end) -> (bytearray, expected, max_phys_end, added,
+/* pack_entries(requests, expected, max_phys_end) -> (bytearray, expected, max_phys_end, added,
  * blanks): consume_queue._pack_entries. */
 PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (accel_nargs("pack_entries", nargs, 3) < 0) return NULL;
@@ -96,7 +100,7 @@ PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (accel_int(args[1], INT64_MIN, INT64_MAX, "expected", &expected) ||
         accel_int(args[2], INT64_MIN, INT64_MAX, "max_phys_end", &max_end))
         return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence"), *buf = NULL;
+    PyObject *seq = PySequence_Fast(args[0], "requests must be a sequence"), *buf = NULL;
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     CqRow *rows = PyMem_Malloc(sizeof(CqRow) * (size_t)(n ? n : 1));
@@ -104,14 +108,14 @@ PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) { /* DispatchRequest: queue offset, phys, size, tags */
         PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
-        if (check_row(row, 4, "entries") < 0 ||
-            accel_int(PyTuple_GET_ITEM(row, 0), INT64_MIN, INT64_MAX, "queue offset", &rows[i].qo) ||
-            accel_int(PyTuple_GET_ITEM(row, 1), INT64_MIN, INT64_MAX - INT32_MAX, "log offset",
+        if (check_row(row, REQUEST_FIELDS, "dispatch requests") < 0 ||
+            accel_int(PyTuple_GET_ITEM(row, 2), INT64_MIN, INT64_MAX, "queue offset", &rows[i].qo) ||
+            accel_int(PyTuple_GET_ITEM(row, 3), INT64_MIN, INT64_MAX - INT32_MAX, "log offset",
                       &rows[i].phys) ||
-            accel_int(PyTuple_GET_ITEM(row, 2), INT32_MIN, INT32_MAX, "size", &rows[i].size) ||
-            accel_int(PyTuple_GET_ITEM(row, 3), INT64_MIN, INT64_MAX, "tag code", &rows[i].tags))
+            accel_int(PyTuple_GET_ITEM(row, 4), INT32_MIN, INT32_MAX, "size", &rows[i].size) ||
+            accel_int(PyTuple_GET_ITEM(row, 6), INT64_MIN, INT64_MAX, "tag code", &rows[i].tags))
             goto done;
     }
     int64_t e = expected, m = max_end, a = 0, b = 0;
@@ -203,11 +207,29 @@ done:
     return result;
 }
 
+static void write_index(char *mm, const int64_t *cols, Py_ssize_t n, int64_t count, int64_t slots,
+                        int64_t entries_at, int64_t base) {
+    int64_t pos = entries_at + count * INDEX_SIZE;
+    for (Py_ssize_t i = 0; i < n; i++, count++, pos += INDEX_SIZE) {
+        int64_t kh = cols[3 * i], phy = cols[3 * i + 1], ts = cols[3 * i + 2];
+        int64_t slot_at = INDEX_HEADER + ((kh % slots + slots) % slots) * 4;
+        int32_t prev = get_be32(mm + slot_at);
+        if (prev <= 0 || prev >= count) prev = 0;
+        /* whole seconds since base, clamped to [0, INT_MAX]; unsigned: ts - base may overflow */
+        uint64_t diff = ts < base ? 0 : ((uint64_t)ts - (uint64_t)base) / 1000;
+        put_be32(mm + pos, (uint32_t)kh);
+        put_be64(mm + pos + 4, (uint64_t)phy);
+        put_be32(mm + pos + 12, (uint32_t)(diff > INT32_MAX ? INT32_MAX : diff));
+        put_be32(mm + pos + 16, (uint32_t)prev);
+        put_be32(mm + slot_at, (uint32_t)count);
+    }
+}
+
 /* write_entries(mm, key_hashes, phy_offsets, timestamps, start, stop, count, slots, entries_at,
  * base): index_file._write_entries. */
 PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (accel_nargs("write_entries", nargs, 10) < 0) return NULL;
-    int64_t start, stop, count, slots, entries_at, base, kh, phy, ts;
+    int64_t start, stop, count, slots, entries_at, base;
     if (accel_int(args[4], 0, PY_SSIZE_T_MAX, "start", &start) ||
         accel_int(args[5], 0, PY_SSIZE_T_MAX, "stop", &stop) ||
         accel_int(args[6], 0, INT32_MAX, "count", &count) ||
@@ -226,28 +248,36 @@ PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t 
             goto done;
         }
     }
-    char *mm = view.buf;
-    int64_t pos = entries_at + count * INDEX_SIZE;
-    for (Py_ssize_t i = start; i < stop; i++, count++, pos += INDEX_SIZE) {
-        if (accel_int(PySequence_Fast_GET_ITEM(seqs[0], i), INT32_MIN, INT32_MAX, "key hash", &kh) ||
-            accel_int(PySequence_Fast_GET_ITEM(seqs[1], i), INT64_MIN, INT64_MAX, "offset", &phy) ||
-            accel_int(PySequence_Fast_GET_ITEM(seqs[2], i), INT64_MIN, INT64_MAX, "time", &ts))
-            goto done;
-        int64_t slot_at = INDEX_HEADER + ((kh % slots + slots) % slots) * 4;
-        if (slot_at + 4 > view.len || pos + INDEX_SIZE > view.len) {
-            PyErr_SetString(PyExc_ValueError, "write_entries: past the end of the file");
+    Py_ssize_t n = stop > start ? stop - start : 0;
+    int64_t *cols = PyMem_Malloc(sizeof(int64_t) * 3 * (size_t)(n ? n : 1));
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *e = &cols[3 * i];
+        if (accel_int(PySequence_Fast_GET_ITEM(seqs[0], start + i), INT32_MIN, INT32_MAX, "key hash",
+                      &e[0]) ||
+            accel_int(PySequence_Fast_GET_ITEM(seqs[1], start + i), INT64_MIN, INT64_MAX, "offset",
+                      &e[1]) ||
+            accel_int(PySequence_Fast_GET_ITEM(seqs[2], start + i), INT64_MIN, INT64_MAX, "time",
+                      &e[2])) {
+            PyMem_Free(cols);
             goto done;
         }
-        int32_t prev = get_be32(mm + slot_at);
-        if (prev <= 0 || prev >= count) prev = 0;
-        /* whole seconds since base, clamped to [0, INT_MAX]; unsigned: ts - base may overflow */
-        uint64_t diff = ts < base ? 0 : ((uint64_t)ts - (uint64_t)base) / 1000;
-        put_be32(mm + pos, (uint32_t)kh);
-        put_be64(mm + pos + 4, (uint64_t)phy);
-        put_be32(mm + pos + 12, (uint32_t)(diff > INT32_MAX ? INT32_MAX : diff));
-        put_be32(mm + pos + 16, (uint32_t)prev);
-        put_be32(mm + slot_at, (uint32_t)count);
     }
+    /* Past the end only if the caller's sizes are wrong: checked up front, nothing written. */
+    int64_t last = entries_at + (count + n) * INDEX_SIZE;
+    if (last > view.len || INDEX_HEADER + slots * 4 > entries_at) {
+        PyErr_SetString(PyExc_ValueError, "write_entries: past the end of the file");
+        PyMem_Free(cols);
+        goto done;
+    }
+    /* The buffer export keeps the mapping open; first touches of pages fault: let others run. */
+    PyThreadState *released = n >= 1024 ? PyEval_SaveThread() : NULL;
+    write_index(view.buf, cols, n, count, slots, entries_at, base);
+    if (released != NULL) PyEval_RestoreThread(released);
+    PyMem_Free(cols);
     result = Py_NewRef(Py_None);
 done:
     for (int j = 0; j < 3; j++) Py_XDECREF(seqs[j]);

@@ -58,11 +58,11 @@ class CommitLog:
     def put(self, batch: Sequence[Prepared]) -> list[PutResult]:
         """Append prepared messages in order; all of one call land contiguously per segment."""
         seg_size = self.segments.file_size
-        for p in batch:
-            if p.size + codec.END_FILE_MIN_BLANK_LENGTH > seg_size:
-                raise codec.MessageRejected(
-                    f"a {p.size}-byte message cannot fit a {seg_size}-byte CommitLog segment"
-                )
+        largest = codec.largest_unit(batch)
+        if largest + codec.END_FILE_MIN_BLANK_LENGTH > seg_size:
+            raise codec.MessageRejected(
+                f"a {largest}-byte message cannot fit a {seg_size}-byte CommitLog segment"
+            )
         results: list[DispatchRequest] = []
         store_ip, store_port = self.store_host[:4], int.from_bytes(self.store_host[4:], "big")
         with self.lock:

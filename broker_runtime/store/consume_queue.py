@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from broker_runtime.store.accel import native
 from broker_runtime.store.mapped_file import MappedFile
+from broker_runtime.store.record_codec import DispatchRequest
 from broker_runtime.store.segment_queue import SegmentQueue
 
 ENTRY = struct.Struct(">qiq")
@@ -23,16 +24,17 @@ BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
 
 
 def _pack_entries(
-    entries: Sequence[tuple[int, int, int, int]], expected: int, max_phys_end: int
+    requests: Sequence[DispatchRequest], expected: int, max_phys_end: int
 ) -> tuple[bytearray, int, int, int, int]:
-    """The bytes of `entries` appended to a queue whose next offset is `expected`.
+    """The entries of `requests` as appended to a queue whose next offset is `expected`.
 
-    Skips entries at or below `max_phys_end` or `expected`, fills gaps with blank entries.
+    Skips requests at or below `max_phys_end` or `expected`, fills gaps with blank entries.
     Returns (bytes, next offset, new max_phys_end, entries added, blank entries added).
     """
     buf = bytearray()
     added = blanks = 0
-    for queue_offset, phys, size, tags in entries:
+    for r in requests:
+        queue_offset, phys, size = r.queue_offset, r.phys_offset, r.size
         if phys + size <= max_phys_end or queue_offset < expected:
             continue
         if queue_offset > expected:
@@ -40,7 +42,7 @@ def _pack_entries(
             buf += BLANK_ENTRY * gap
             blanks += gap
             expected = queue_offset
-        buf += ENTRY.pack(phys, size, tags)
+        buf += ENTRY.pack(phys, size, r.tags_code)
         expected += 1
         max_phys_end = phys + size
         added += 1
@@ -106,20 +108,20 @@ class ConsumeQueue:
         """The next queue offset to be written (RocketMQ's getMaxOffsetInQueue)."""
         return self.segments.max_offset // ENTRY_SIZE
 
-    def put(self, entries: Sequence[tuple[int, int, int, int]]) -> int:
-        """Append (queue_offset, phys_offset, size, tags_code) entries; returns how many.
+    def put(self, requests: Sequence[DispatchRequest]) -> int:
+        """Append the entries of `requests` (this queue's, in log order); returns how many.
 
-        Entries this queue already has (a re-dispatch after recovery) are skipped; a gap
+        Requests this queue already has (a re-dispatch after recovery) are skipped; a gap
         is filled with blank entries and counted.
         """
-        if not entries:
+        if not requests:
             return 0
         expected = self.max_offset
         if not self.segments.files:  # a new queue: its files start where its first entry is
-            expected = entries[0][0]
+            expected = requests[0].queue_offset
             self._start_at(expected)
         buf, _, self.max_phys_end, added, blanks = pack_entries(
-            entries, expected, self.max_phys_end
+            requests, expected, self.max_phys_end
         )
         self.blank_entries += blanks
         self._append(buf)

@@ -21,22 +21,22 @@ BATCH = 1024
 GATHER_S = 0.001
 
 
-QueueRows = dict[tuple[str, int], list[tuple[int, int, int, int]]]
+ByQueue = dict[tuple[str, int], list[DispatchRequest]]
 IndexRow = tuple[str, int, int, str | None, str | None]
 
 
-def _split_requests(requests: Sequence[DispatchRequest]) -> tuple[QueueRows, list[IndexRow]]:
-    """ConsumeQueue rows (queue offset, log offset, size, tag code) per queue, and index rows.
+def _split_requests(requests: Sequence[DispatchRequest]) -> tuple[ByQueue, list[IndexRow]]:
+    """The requests of each (topic, queue id), and the index rows of those with keys.
 
-    Index rows (topic, log offset, store time, UNIQ_KEY, KEYS) only for messages with keys.
+    Index rows are (topic, log offset, store time, UNIQ_KEY, KEYS).
     """
-    by_queue: QueueRows = {}
+    by_queue: ByQueue = {}
     index_rows: list[IndexRow] = []
     for r in requests:
         rows = by_queue.get((r.topic, r.queue_id))
         if rows is None:
             rows = by_queue[(r.topic, r.queue_id)] = []
-        rows.append((r.queue_offset, r.phys_offset, r.size, r.tags_code))
+        rows.append(r)
         if r.uniq_key is not None or r.keys is not None:
             index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
     return by_queue, index_rows

@@ -187,14 +187,24 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
 
 def prepare_batch(
     msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-) -> list[Prepared]:
-    """`prepare` of each message, in order; the first bad one raises as `prepare` does."""
+) -> Sequence[Prepared]:
+    """`prepare` of each message, in order; the first bad one raises as `prepare` does.
+
+    The C kernel takes the common case itself and hands any other message to `prepare`; its
+    batch keeps no tuple per message, and builds the Prepared tuples only when indexed.
+    """
     if native is not None:
-        # The C kernel takes the common case itself and hands any other message to `prepare`.
         return native.prepare_batch(  # type: ignore[no-any-return]
             msgs, max_message_size, _valid_topics, _hosts, prepare, Prepared
         )
     return [prepare(m, max_message_size) for m in msgs]
+
+
+def largest_unit(batch: Sequence[Prepared]) -> int:
+    """Size of the biggest unit of a `prepare_batch` result (0 when empty)."""
+    if native is not None and isinstance(batch, native.PreparedBatch):
+        return batch.largest  # type: ignore[no-any-return]
+    return max((p.size for p in batch), default=0)
 
 
 def encode_into(

@@ -86,10 +86,10 @@ def c_prepare(msgs: list[Message], limit: int, seen: list[Message]) -> list[Prep
         seen.append(m)  # the message went to the Python path
         return codec.prepare(m, lim)
 
-    result: list[Prepared] = C.prepare_batch(
-        msgs, limit, codec._valid_topics, codec._hosts, reference, Prepared
-    )
-    return result
+    batch = C.prepare_batch(msgs, limit, codec._valid_topics, codec._hosts, reference, Prepared)
+    assert len(batch) == len(msgs)
+    assert batch.largest == max((p.size for p in batch), default=0)
+    return list(batch)  # each item built as the Prepared tuple Python would have made
 
 
 def plain(msg: Message) -> bool:
@@ -123,8 +123,14 @@ def test_prepare_batch_fails_at_the_same_message(msgs: list[Message], limit: int
 
 
 def test_prepare_batch_public_entry_uses_the_kernel_when_built() -> None:
-    msgs = [Message("T", b"body", {TAGS: "t", UNIQ_KEY: "u"}, queue_id=3) for _ in range(3)]
-    assert codec.prepare_batch(msgs) == [codec.prepare(m) for m in msgs]
+    msgs = [Message("T", b"body", {TAGS: "t", UNIQ_KEY: "u"}, queue_id=q) for q in range(3)]
+    batch = codec.prepare_batch(msgs)
+    assert isinstance(batch, C.PreparedBatch)
+    assert list(batch) == [codec.prepare(m) for m in msgs]
+    assert batch[-1] == codec.prepare(msgs[2])
+    assert codec.largest_unit(batch) == codec.largest_unit(list(batch)) == batch[0].size
+    with pytest.raises(IndexError):
+        batch[3]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,9 +149,13 @@ def test_encode_run_matches_python(
     msgs: list[Message], start: int, room: int, prefix: bytes, base: int, now: int, port: int,
     known: dict[tuple[str, int], int],
 ) -> None:  # fmt: skip
-    batch = codec.prepare_batch(msgs)
+    batch = codec.prepare_batch(msgs)  # the C batch, and its items as Prepared tuples below
     runs: list[tuple[Any, ...]] = []
-    for encode_run in (codec._encode_run, lambda *a: C.encode_run(DispatchRequest, *a)):
+    for encode_run in (
+        codec._encode_run,
+        lambda b, *a: C.encode_run(DispatchRequest, b, *a),
+        lambda b, *a: C.encode_run(DispatchRequest, list(b), *a),
+    ):
         taken: dict[tuple[str, int], int] = {}
         results: list[DispatchRequest] = []
         buf = bytearray(prefix)  # a run may follow bytes already in the buffer
@@ -153,14 +163,14 @@ def test_encode_run_matches_python(
         args = (batch, start, room, base, now, b"\x0a\x00\x00\x01", port, qtable, taken)
         stop = outcome(lambda: encode_run(*args, results, buf))  # noqa: B023
         runs.append((stop, bytes(buf), taken, qtable, results, [type(r) for r in results]))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
     assert runs[0][0][0] == "ok"
 
 
 def test_encode_run_refuses_inconsistent_prepared() -> None:
     p = codec.prepare(Message("T", b"abc"))
     bad = p._replace(size=p.size + 1)  # the C kernel would write past what it sized
-    with pytest.raises(ValueError, match="does not add up"):
+    with pytest.raises(ValueError, match="do not add up"):
         C.encode_run(DispatchRequest, [bad], 0, 10_000, 0, 0, b"\0" * 4, 0, {}, {}, [], bytearray())
 
 

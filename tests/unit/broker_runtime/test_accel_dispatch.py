@@ -60,13 +60,13 @@ steps = st.lists(st.sampled_from([0, 1, 1, 1, 2, 5, -1]), max_size=40)
 def test_pack_entries_matches_python(
     steps: list[int], first: int, expected: int, max_phys_end: int, sizes: list[int], tags: int
 ) -> None:
-    rows, qo, phys = [], first, 0
+    reqs, qo, phys = [], first, 0
     for step, size in zip(steps, sizes, strict=False):
         qo += step
-        rows.append((qo, phys, size, tags))
+        reqs.append(DispatchRequest("T", 0, qo, phys, size, 0, tags, None, None))
         phys += size
-    got = C.pack_entries(rows, expected, max_phys_end)
-    assert got == consume_queue._pack_entries(rows, expected, max_phys_end)
+    got = C.pack_entries(reqs, expected, max_phys_end)
+    assert got == consume_queue._pack_entries(reqs, expected, max_phys_end)
     assert type(got[0]) is bytearray
 
 
