@@ -42,6 +42,10 @@ PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t
         if (rows == NULL || PyList_Append(rows, r) < 0) goto done;
         if (f[7] != Py_None || f[8] != Py_None) {
             PyObject *row = PyTuple_Pack(5, f[0], f[3], f[5], f[7], f[8]);
+            if (row != NULL && PyUnicode_CheckExact(f[0]) && PyLong_CheckExact(f[3]) &&
+                PyLong_CheckExact(f[5]) && (f[7] == Py_None || PyUnicode_CheckExact(f[7])) &&
+                (f[8] == Py_None || PyUnicode_CheckExact(f[8])))
+                PyObject_GC_UnTrack(row); /* str, ints and None: no cycle passes through it */
             int failed = row == NULL || PyList_Append(index_rows, row) < 0;
             Py_XDECREF(row);
             if (failed) goto done;

@@ -131,6 +131,10 @@ static PyObject *assign(QueueTable *t, int *order, PyObject *taken, PyObject *qt
     return qo;
 }
 
+static int atomic(PyObject *o) {
+    return o == Py_None || PyUnicode_CheckExact(o) || PyLong_CheckExact(o);
+}
+
 static PyObject *request(PyTypeObject *type, Parts *r, PyObject *qo, int64_t phys, int32_t size,
                          PyObject *now) {
     PyObject *items[REQUEST_FIELDS] = {
@@ -148,7 +152,13 @@ static PyObject *request(PyTypeObject *type, Parts *r, PyObject *qo, int64_t phy
         else
             Py_XDECREF(items[j]);
     }
-    if (failed) Py_CLEAR(req);
+    if (failed) {
+        Py_CLEAR(req);
+    } else if (atomic(r->topic) && atomic(r->qid) && atomic(now) && atomic(r->uniq) &&
+               atomic(r->keys) && (r->size == NULL || atomic(r->size)) &&
+               (r->tags == NULL || atomic(r->tags))) {
+        PyObject_GC_UnTrack(req); /* nothing in it can be part of a cycle: GC need not visit */
+    }
     return req;
 }
 
