@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import zlib
 from typing import Any
 
@@ -181,3 +182,12 @@ def test_body_crc_is_zlib_crc32(data: bytes, offset: int, big: bool) -> None:
         data = data * (70_000 // (len(data) + 1) + 1)
     view = memoryview(data)[offset:]  # any alignment, any buffer
     assert C.body_crc(view) == zlib.crc32(view) & 0x7FFFFFFF == codec._body_crc(view)
+
+
+def test_requests_of_plain_values_are_left_out_of_the_gc() -> None:
+    msgs = [Message("T", b"x", {UNIQ_KEY: "u"}), Message("T", b"x", {UNIQ_KEY: ["u"]})]  # type: ignore[dict-item]
+    results: list[DispatchRequest] = []
+    args = (0, 10_000, 0, 0, b"\0" * 4, 0, {}, {}, results, bytearray())
+    C.encode_run(DispatchRequest, codec.prepare_batch(msgs), *args)
+    assert results[1].uniq_key == ["u"]  # a list value: the Python path took it as it is
+    assert [gc.is_tracked(r) for r in results] == [False, True]
