@@ -22,6 +22,45 @@ typedef struct {
     Py_ssize_t max_size;
 } PrepareCtx;
 
+/* Where the fields live in instances of the message class (a slots dataclass), so that they
+ * are read without ten attribute lookups per message. Valid while the class is unchanged: any
+ * change to it or its bases resets its version tag. */
+static PyTypeObject *slots_type;
+static unsigned int slots_version;
+static Py_ssize_t slots_at[N_F];
+
+static void learn_slots(PyTypeObject *tp) {
+    slots_type = NULL;
+    if (tp->tp_getattro != PyObject_GenericGetAttr) return;
+    for (int i = 0; i < N_F; i++) {
+        PyObject *d = _PyType_Lookup(tp, field_str[i]); /* borrowed; gives tp a version tag */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX) return;
+        slots_at[i] = m->offset;
+    }
+    if (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
+        slots_type = tp;
+        slots_version = tp->tp_version_tag;
+    }
+}
+
+/* The message's fields as new references; 0 when one is missing (unset slot, no attribute). */
+static int get_fields(PyObject *msg, PyObject **f) {
+    PyTypeObject *tp = Py_TYPE(msg);
+    if (tp != slots_type || !(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
+        tp->tp_version_tag != slots_version)
+        learn_slots(tp);
+    for (int i = 0; i < N_F; i++) {
+        if (tp == slots_type)
+            f[i] = Py_XNewRef(*(PyObject **)((char *)msg + slots_at[i]));
+        else
+            f[i] = PyObject_GetAttr(msg, field_str[i]);
+        if (f[i] == NULL) return 0;
+    }
+    return 1;
+}
+
 /* An exact int in [lo, hi], else 0: then `prepare` decides (and says what is wrong). */
 static int plain_int(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
     if (!PyLong_CheckExact(o)) return 0;
@@ -54,8 +93,7 @@ static int fast_prepare(PrepareCtx *c, PreparedBatch *b, PyObject *msg, BatchIte
     PyObject *f[N_F] = {0};
     int64_t v[N_F];
     int ok = 0;
-    for (int i = 0; i < N_F; i++)
-        if ((f[i] = PyObject_GetAttr(msg, field_str[i])) == NULL) goto done;
+    if (!get_fields(msg, f)) goto done;
     PyObject *topic = f[F_TOPIC], *body = f[F_BODY], *props = f[F_PROPS];
     if (!PyUnicode_CheckExact(topic) || PySet_Contains(c->valid_topics, topic) != 1) goto done;
     if (!PyBytes_CheckExact(body) || !PyDict_CheckExact(props)) goto done;

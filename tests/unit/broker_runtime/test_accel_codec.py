@@ -191,3 +191,28 @@ def test_requests_of_plain_values_are_left_out_of_the_gc() -> None:
     C.encode_run(DispatchRequest, codec.prepare_batch(msgs), *args)
     assert results[1].uniq_key == ["u"]  # a list value: the Python path took it as it is
     assert [gc.is_tracked(r) for r in results] == [False, True]
+
+
+def test_prepare_reads_fields_as_attribute_access_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel reads Message's slots directly; a changed class or a subclass is honoured."""
+
+    class Renamed(Message):
+        __slots__ = ()
+        topic = property(lambda self: "TopicA", lambda self, value: None)  # type: ignore[assignment]
+
+    def both(msg: Message) -> tuple[Any, Any]:
+        return outcome(lambda: c_prepare([msg], 1 << 20, [])), outcome(
+            lambda: [codec.prepare(msg, 1 << 20)]
+        )
+
+    msg = Message("T", b"body", {UNIQ_KEY: "u"}, queue_id=1)
+    c, py = both(msg)  # the kernel learns where Message keeps its fields
+    assert c == py and c[1][0].queue_id == 1
+    monkeypatch.setattr(Message, "queue_id", property(lambda self: 2))
+    c, py = both(msg)
+    assert c == py and c[1][0].queue_id == 2
+    monkeypatch.undo()
+    c, py = both(msg)
+    assert c == py and c[1][0].queue_id == 1
+    c, py = both(Renamed("T", b"body"))
+    assert c == py and c[1][0].topic == "TopicA"
