@@ -33,8 +33,7 @@ def _pack_entries(
     """
     buf = bytearray()
     added = blanks = 0
-    for r in requests:
-        queue_offset, phys, size = r.queue_offset, r.phys_offset, r.size
+    for _, _, queue_offset, phys, size, _, tags, _, _ in requests:  # unpacking is the fast way
         if phys + size <= max_phys_end or queue_offset < expected:
             continue
         if queue_offset > expected:
@@ -42,7 +41,7 @@ def _pack_entries(
             buf += BLANK_ENTRY * gap
             blanks += gap
             expected = queue_offset
-        buf += ENTRY.pack(phys, size, r.tags_code)
+        buf += ENTRY.pack(phys, size, tags)
         expected += 1
         max_phys_end = phys + size
         added += 1

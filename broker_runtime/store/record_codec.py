@@ -16,6 +16,8 @@ import struct
 import zlib
 from collections.abc import Sequence
 from functools import partial
+from itertools import islice
+from operator import itemgetter
 from typing import NamedTuple
 
 from broker_runtime.common.java_hash import tags_code
@@ -48,6 +50,7 @@ _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
 _FIELDS = struct.Struct(">iiiqiq")  # the per-message header fields, range-checked in prepare
+_SIZE = itemgetter(0)  # Prepared.size
 _CRC_OFFSET = 8
 
 
@@ -204,7 +207,7 @@ def largest_unit(batch: Sequence[Prepared]) -> int:
     """Size of the biggest unit of a `prepare_batch` result (0 when empty)."""
     if native is not None and isinstance(batch, native.PreparedBatch):
         return batch.largest  # type: ignore[no-any-return]
-    return max((p.size for p in batch), default=0)
+    return max(map(_SIZE, batch), default=0)
 
 
 def encode_into(
@@ -245,11 +248,9 @@ def _encode_run(
     DispatchRequest is appended to `results`.
     """
     new = tuple.__new__  # NamedTuple's own __new__ is Python code: too slow per message
-    i, n = start, len(batch)
-    while i < n:
-        p = batch[i]
+    for i, p in enumerate(islice(batch, start, None), start):
         if p.size > room - len(buf):
-            break
+            return i
         phys = base + len(buf)
         topic, qid = key = (p.topic, p.queue_id)
         qo = taken.get(key)
@@ -259,8 +260,7 @@ def _encode_run(
         encode_into(buf, p, qo, phys, now, store_ip, store_port)
         req = (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys)
         results.append(new(DispatchRequest, req))
-        i += 1
-    return i
+    return max(start, len(batch))
 
 
 def crc_ok(buf: Buffer, pos: int) -> bool:
