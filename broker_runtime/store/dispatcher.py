@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from broker_runtime.common.topics import SCHEDULE_TOPIC
 from broker_runtime.store.accel import native
 from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.index_service import IndexService
@@ -19,6 +20,8 @@ from broker_runtime.store.record_codec import DispatchRequest
 log = logging.getLogger(__name__)
 BATCH = 1024
 GATHER_S = 0.001
+# (queue id, store timestamp) -> the tag code of a SCHEDULE_TOPIC_XXXX entry (delivery time)
+ScheduleTags = Callable[[int, int], int]
 
 
 ByQueue = dict[tuple[str, int], list[DispatchRequest]]
@@ -50,9 +53,11 @@ class Dispatcher:
         self,
         consume_queue: Callable[[str, int], ConsumeQueue],
         index: IndexService | None,
+        schedule_tags: ScheduleTags | None = None,
     ) -> None:
         self._consume_queue = consume_queue
         self._index = index
+        self._schedule_tags = schedule_tags
         self._pending: list[DispatchRequest] = []
         self._cond = threading.Condition()
         self._busy = False
@@ -61,6 +66,8 @@ class Dispatcher:
         self.dispatched_offset = 0  # end of the last dispatched message
         self.dispatched_timestamp = 0
         self.error: BaseException | None = None
+        # Told of each batch the thread dispatched (a broker wakes long-polling pulls with it).
+        self.listeners: list[Callable[[list[DispatchRequest]], None]] = []
 
     def apply(self, requests: Sequence[DispatchRequest]) -> int:
         """Write the entries of `requests` (in log order); returns how many were applied."""
@@ -68,6 +75,8 @@ class Dispatcher:
             return 0
         by_queue, index_rows = split_requests(requests)
         for (topic, queue_id), rows in by_queue.items():
+            if topic == SCHEDULE_TOPIC and self._schedule_tags is not None:
+                rows = self._schedule_rows(rows, self._schedule_tags)
             self._consume_queue(topic, queue_id).put(rows)
         if self._index is not None and index_rows:
             self._index.build(index_rows)
@@ -75,6 +84,13 @@ class Dispatcher:
         self.dispatched_offset = last.phys_offset + last.size
         self.dispatched_timestamp = last.store_timestamp
         return len(requests)
+
+    @staticmethod
+    def _schedule_rows(
+        requests: list[DispatchRequest], tags: ScheduleTags
+    ) -> list[DispatchRequest]:
+        """A delay level's requests with the delivery time as tag code (CommitLog's tagsCode)."""
+        return [r._replace(tags_code=tags(r.queue_id, r.store_timestamp)) for r in requests]
 
     # -- the background thread ------------------------------------------------------------
 
@@ -108,12 +124,21 @@ class Dispatcher:
             except Exception as e:  # the log keeps the data; recovery re-dispatches it
                 log.exception("dispatch failed; ConsumeQueue/index stop here until restart")
                 self.error = e
+            else:
+                self._tell_listeners(batch)
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
                 if self.error is not None:
                     self._running = False
                     return
+
+    def _tell_listeners(self, batch: list[DispatchRequest]) -> None:
+        for listener in self.listeners:
+            try:
+                listener(batch)
+            except Exception:
+                log.exception("dispatch listener failed")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far is dispatched; False on timeout."""
