@@ -220,14 +220,20 @@ PyObject *accel_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_XDECREF(req);
         if (failed) goto done;
     }
-    if (flush_queues(&table, order, taken) < 0 || PyByteArray_Resize(buf, total) < 0) goto done;
-    char *w = PyByteArray_AS_STRING(buf) + used;
+    Py_buffer view; /* an export: while we write, nobody can resize `buf` */
+    if (flush_queues(&table, order, taken) < 0 || PyByteArray_Resize(buf, total) < 0 ||
+        PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0)
+        goto done;
+    char *w = (char *)view.buf + used;
     const char *ip = PyBytes_AS_STRING(store_ip);
-    /* The units point into objects the caller keeps alive, and `buf` is the caller's alone. */
-    PyThreadState *released = total - used >= GIL_FREE_BYTES ? PyEval_SaveThread() : NULL;
+    /* A PreparedBatch cannot change, and it holds what the units point into: no GIL needed.
+     * A list of Prepared could be changed by another thread meanwhile: keep the GIL. */
+    int alone = batch != NULL && total - used >= GIL_FREE_BYTES;
+    PyThreadState *released = alone ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < k; w += units[i].size, i++)
         write_unit(w, &units[i], now_v, ip, (int32_t)port);
     if (released != NULL) PyEval_RestoreThread(released);
+    PyBuffer_Release(&view);
     out = PyLong_FromSsize_t(stop);
 done:
     if (out == NULL) { /* `taken` as far as the Python loop would have got */
