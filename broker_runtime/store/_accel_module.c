@@ -101,7 +101,7 @@ PyMODINIT_FUNC PyInit__accel(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
-        PyModule_AddIntConstant(m, "CLMUL", accel_crc_clmul()) < 0 ||
+        PyModule_AddIntConstant(m, "CLMUL", accel_crc_clmul()) < 0 || /* 0 zlib, 1, 2: wide */
         PyModule_AddObjectRef(m, "PreparedBatch", (PyObject *)&AccelBatch_Type) < 0)
         Py_CLEAR(m);
     return m;

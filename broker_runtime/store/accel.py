@@ -30,3 +30,5 @@ def load_native() -> ModuleType | None:
 
 native = load_native()
 IMPLEMENTATION = "c" if native is not None else "python"
+# How the C kernels compute CRC-32 on this CPU (the pure path uses zlib).
+CRC = ("zlib", "pclmulqdq", "vpclmulqdq-avx512")[native.CLMUL] if native is not None else "zlib"

@@ -139,6 +139,7 @@ def run_bench(
         "disk_mb_per_s_runs": [round(d, 1) for d in disk_runs],
         "ratio_to_disk": round(mb_per_s / disk, 3),
         "kernels": accel.IMPLEMENTATION,  # "c" (the _accel extension) or "python"
+        "crc": accel.CRC,
         "store": str(store_dir),
     }
     if flush is FlushMode.SYNC:

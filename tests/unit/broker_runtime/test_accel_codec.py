@@ -175,6 +175,13 @@ def test_encode_run_refuses_inconsistent_prepared() -> None:
         C.encode_run(DispatchRequest, [bad], 0, 10_000, 0, 0, b"\0" * 4, 0, {}, {}, [], bytearray())
 
 
+def test_body_crc_at_every_length_around_the_block_sizes() -> None:
+    data = bytes(range(256)) * 8 + b"tail"  # 16-, 64- and 256-byte folds, then zlib's tail
+    for n in range(0, len(data)):
+        assert C.body_crc(data[:n]) == zlib.crc32(data[:n]) & 0x7FFFFFFF, n
+        assert C.body_crc(data[n:]) == zlib.crc32(data[n:]) & 0x7FFFFFFF, n
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=5000), offset=st.integers(0, 15), big=st.booleans())
 def test_body_crc_is_zlib_crc32(data: bytes, offset: int, big: bool) -> None:
