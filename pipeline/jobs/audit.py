@@ -61,6 +61,10 @@ class _Inputs:
     checkpoint: DataFrame
     replay_log: DataFrame
 
+    def unpersist(self) -> None:
+        for df in vars(self).values():
+            df.unpersist()
+
 
 def _say(message: str, enabled: bool) -> None:
     if enabled:
@@ -102,14 +106,16 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     offsets = read("consumer_offsets", S.CONSUMER_OFFSETS)
     if "min_offset" not in offsets.columns:  # the queue's min offset, where ingest records it
         offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
+    # Every input but the ConsumeQueue feeds several audit tables: each is read once.
+    keep = StorageLevel.MEMORY_AND_DISK
     return _Inputs(
-        messages=messages.persist(StorageLevel.MEMORY_AND_DISK),
+        messages=messages.persist(keep),
         consume_queue=read("consume_queue", S.CONSUME_QUEUE),
-        offsets=offsets,
-        stubs=read("message_stub", S.MESSAGE_STUB),
-        log=read("message_log", S.MESSAGE_LOG),
-        quarantine=read("quarantine", S.QUARANTINE),
-        checkpoint=read("ingest_checkpoint", S.INGEST_CHECKPOINT),
+        offsets=offsets.persist(keep),
+        stubs=read("message_stub", S.MESSAGE_STUB).persist(keep),
+        log=read("message_log", S.MESSAGE_LOG).persist(keep),
+        quarantine=read("quarantine", S.QUARANTINE).persist(keep),
+        checkpoint=read("ingest_checkpoint", S.INGEST_CHECKPOINT).persist(keep),
         replay_log=read(REPLAY_LOG, A.DLQ_REPLAY_LOG),
     )
 
@@ -220,6 +226,6 @@ def run_audit(
             state = "written" if written else "unchanged"
             _say(f"{name}: {rows:,} rows, {state} ({time.monotonic() - t0:.1f} s)", progress)
     finally:
-        inputs.messages.unpersist()
+        inputs.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +44,9 @@ TOPIC = "TopicA"
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    # The same local session as the unit tests' fixture when they run in this process.
-    session = build_spark(
-        "mqaudit-pipeline-tests",
-        conf={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"},
-    )
-    yield session
+def spark() -> SparkSession:
+    # The pipeline unit tests' session when they run in this process (getOrCreate).
+    return build_spark("mqaudit-tests", "local[2]")
 
 
 def _write_store(store_dir: Path, clock: FakeClock) -> dict[str, Any]:
