@@ -28,6 +28,7 @@ from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRec
 from broker_runtime.ledger.schema import Outcome
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
+from expectations.checkpoints import run_all_gates
 from pipeline.audit_schemas import AUDIT_TABLES
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit
@@ -193,6 +194,35 @@ def test_audit_finds_the_injected_faults(
     assert main(["pipeline", "dlq-report", "--lake", str(lake), "--out", str(tmp_path / "d")]) == 0
     lines = (tmp_path / "d" / "dead_letters.csv").read_text().splitlines()
     assert len(lines) == 2 and lines[1].startswith("g1,U2,TopicA,")
+
+
+def test_audit_tables_pass_their_gates_bar_the_injected_faults(
+    spark: SparkSession, lake: Path, first_run: dict[str, Any]
+) -> None:
+    """The expectation suites hold the audit tables; only the thresholds the injected faults
+    break fail, and with those raised every gate passes."""
+    io = DeltaIO(spark)
+    tables = {n: io.read(table_path(lake, n), schema) for n, schema in AUDIT_TABLES.items()}
+    strict = run_all_gates(tables, raise_on_failure=False, progress=None)
+    failed = {
+        (table, f["parameters"].get("max_value") or f["parameters"].get("value_set"))
+        for table, result in strict["tables"].items()
+        for f in result["failures"]
+    }
+    assert failed == {
+        ("audit_duplicates", "max_duplicate_effects"),  # U1 consumed twice
+        ("audit_losses", "max_losses"),  # L1
+        ("audit_lag", "max_lag_ms"),  # g2 waits since U0 was stored
+        ("audit_lag", "failing_lag_statuses"),  # g2 STALLED
+        ("audit_dead_letters", "max_dead_letter_age_ms"),  # U2, stored in 2023
+    }
+    relaxed = {
+        "audit_duplicates": {"max_duplicate_effects": 1},
+        "audit_losses": {"max_losses": 1},
+        "audit_lag": {"max_lag_ms": 10**13, "failing_lag_statuses": []},
+        "audit_dead_letters": {"max_dead_letter_age_ms": 10**13},
+    }
+    assert run_all_gates(tables, params=relaxed, raise_on_failure=False, progress=None)["success"]
 
 
 def test_a_rerun_at_the_same_as_of_commits_nothing(
