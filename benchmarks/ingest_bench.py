@@ -4,7 +4,8 @@ figures against their targets (reported, never asserted).
 
 1. Writes N 1 KiB messages (distinct random bodies) across 2 brokers' stores through the
    store's batch put (kept under --work and reused by later runs of the same size).
-2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads.
+2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads, from the
+   page cache (warm) and from the device (O_DIRECT).
 3. parse: the reader alone (segment walk + decode to Arrow, no Spark) over the same
    ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio.
 4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
@@ -89,6 +90,36 @@ def _read_file(path: Path, limit: int) -> tuple[int, float]:
                 break
             n += k
     return min(n, limit), time.thread_time() - cpu
+
+
+def _read_direct(path: Path, limit: int) -> int:
+    """Bytes read with O_DIRECT (past the page cache: what the device gives)."""
+    import mmap
+
+    buf = mmap.mmap(-1, 1 << 20)  # page-aligned, as O_DIRECT needs
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        n = 0
+        while n < limit:
+            k = os.preadv(fd, [buf], n)
+            if not k:
+                break
+            n += k
+        return min(n, limit)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def device_read(tasks: list[RangeTask]) -> dict[str, float]:
+    """MB/s of reading the same bytes from the device (O_DIRECT, 2 threads)."""
+    extents: dict[str, int] = {}
+    for t in tasks:
+        extents[t.path] = max(extents.get(t.path, 0), t.stop)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        total = sum(pool.map(lambda kv: _read_direct(Path(kv[0]), kv[1]), extents.items()))
+    return {"device_read_mb_per_s": round(total / (time.perf_counter() - start) / 1e6, 1)}
 
 
 def raw_read(tasks: list[RangeTask]) -> dict[str, float]:
@@ -232,6 +263,10 @@ def main() -> int:
     parse["parse_cpu_ratio_to_raw_read"] = round(
         parse["parse_mb_per_cpu_s"] / read["raw_read_mb_per_cpu_s"], 3
     )
+    read |= device_read(tasks)
+    parse["parse_ratio_to_device_read"] = round(
+        parse["parse_mb_per_s"] / read["device_read_mb_per_s"], 3
+    )
     print(json.dumps({"stage": "read+parse", "segment_files": files, **read, **parse}), flush=True)
     result = ingest(data, lake, args.master)
     print(json.dumps({"stage": "ingest", "load_average": os.getloadavg()[0], **result}), flush=True)
@@ -241,6 +276,7 @@ def main() -> int:
         ("ingest messages/CPU-s", result["ingest_messages_per_cpu_s"], "(x2 cores if idle)"),
         ("parse / raw read", parse["parse_ratio_to_raw_read"], ">= 0.25"),
         ("parse / raw read, CPU", parse["parse_cpu_ratio_to_raw_read"], "(per CPU-second)"),
+        ("parse / device read", parse["parse_ratio_to_device_read"], "(O_DIRECT reads)"),
         ("load average (1 min)", round(os.getloadavg()[0], 1), "(2 cores)"),
     ]
     if args.rss_sizes != "none":
