@@ -245,12 +245,15 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=ROOT / "bench-out" / "ingest")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--rss-sizes", default="1000000,4000000", help="two sizes, or 'none'")
-    p.add_argument("--ingest-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--step", choices=["generate", "ingest"], help=argparse.SUPPRESS)
     args = p.parse_args()
     data = args.work / f"data-{args.messages}"
     lake = args.work / f"lake-{args.messages}"
-    make_cluster(data, args.messages, args.size)
-    if args.ingest_only:  # the memory runs: one fresh process per size
+    if args.step != "ingest":
+        make_cluster(data, args.messages, args.size)
+    if args.step == "generate":
+        return 0
+    if args.step == "ingest":  # the memory runs: a fresh process that only ingests
         print(json.dumps(ingest(data, lake, args.master)))
         shutil.rmtree(lake, ignore_errors=True)
         return 0
@@ -283,8 +286,10 @@ def main() -> int:
         peaks = []
         for n in [int(x) for x in args.rss_sizes.split(",")]:
             cmd = [sys.executable, __file__, "--messages", str(n), "--work", str(args.work),
-                   "--master", args.master, "--ingest-only"]  # fmt: skip
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+                   "--size", str(args.size), "--master", args.master, "--step"]  # fmt: skip
+            subprocess.run([*cmd, "generate"], check=True)
+            run = subprocess.run([*cmd, "ingest"], check=True, capture_output=True, text=True)
+            out = json.loads(run.stdout)
             peaks.append(out["driver_python_peak_rss_mb"] + out["driver_jvm_peak_rss_mb"])
             print(json.dumps({"stage": f"memory at {n:,}", **out}), flush=True)
         rows.append(("driver peak RSS ratio", round(peaks[1] / peaks[0], 3), "<= 1.3"))
