@@ -1,0 +1,165 @@
+"""One remoting connection over asyncio: frames in, opaque -> Future for responses.
+
+A response completes the Future of the request with its opaque; a request is handed to the
+`on_request` callback (the server's processor table, or a client's handler for calls the
+broker makes back, like NOTIFY_CONSUMER_IDS_CHANGED). A frame that does not decode closes
+the connection: the stream's position can no longer be trusted (aiokafka's conn.py does the
+same with its length prefix and correlation ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import cast
+
+from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand
+from broker_runtime.remoting.framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameError, encode
+
+log = logging.getLogger(__name__)
+
+
+class RemotingError(Exception):
+    """A call did not complete; the message says where and why."""
+
+
+class RemotingConnectError(RemotingError):
+    pass
+
+
+class RemotingTimeoutError(RemotingError):
+    pass
+
+
+class ConnectionClosedError(RemotingError):
+    pass
+
+
+RequestHandler = Callable[[RemotingCommand, "Connection"], None]
+
+
+class Connection(asyncio.Protocol):
+    """A connection's protocol object; also its handle (request / oneway / send / close)."""
+
+    def __init__(
+        self, on_request: RequestHandler | None = None, max_frame: int = DEFAULT_MAX_FRAME
+    ) -> None:
+        self._on_request = on_request
+        self._decoder = FrameDecoder(max_frame)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._transport: asyncio.Transport | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = asyncio.Event()
+        self.peer = "?"
+        self.close_reason: str | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport; uvloop's are not asyncio.Transport subclasses, so no isinstance.
+        self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as e:
+            log.warning("closing %s: malformed frame: %s", self.peer, e)
+            self.close(f"malformed frame: {e}")
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            elif self._on_request is not None:
+                self._on_request(cmd, self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self.close_reason or (f"connection lost: {exc}" if exc else "closed by peer")
+        self.close_reason = reason
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"{self.peer}: {reason}"))
+        self._pending.clear()
+        self._writable.set()
+        self._closed.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- the handle ------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Queue a frame (a response, or a request whose answer nobody waits for)."""
+        if self._transport is None or self._transport.is_closing():
+            raise ConnectionClosedError(f"{self.peer}: {self.close_reason or 'closed'}")
+        self._transport.write(encode(cmd))
+
+    async def drain(self) -> None:
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send `cmd` and wait for the response with its opaque."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[cmd.opaque] = fut
+        # A timer on the future rather than asyncio.wait_for: no extra future and callback
+        # per request on the hot path.
+        timer = loop.call_later(timeout, _expire, fut)
+        try:
+            self.send(cmd)
+            await self.drain()
+            return await fut
+        except TimeoutError:
+            raise RemotingTimeoutError(
+                f"{self.peer}: no response to request {cmd.code} within {timeout:g} s"
+            ) from None
+        finally:
+            timer.cancel()
+            self._pending.pop(cmd.opaque, None)
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        cmd.flag |= FLAG_ONEWAY
+        self.send(cmd)
+        await self.drain()
+
+    def close(self, reason: str = "closed locally") -> None:
+        self.close_reason = self.close_reason or reason
+        if self._transport is not None:
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+
+def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
+
+
+async def connect(
+    host: str,
+    port: int,
+    on_request: RequestHandler | None = None,
+    timeout: float = 3.0,
+    max_frame: int = DEFAULT_MAX_FRAME,
+) -> Connection:
+    loop = asyncio.get_running_loop()
+    try:
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: Connection(on_request, max_frame), host, port),
+            timeout,
+        )
+    except (OSError, TimeoutError) as e:
+        raise RemotingConnectError(f"cannot connect to {host}:{port}: {e or 'timeout'}") from e
+    return conn

@@ -1,0 +1,133 @@
+"""Request code -> processor dispatch, and the TCP server that uses it.
+
+As RocketMQ's NettyRemotingAbstract.processRequestCommand: an unknown code gets
+REQUEST_CODE_NOT_SUPPORTED, a processor's error becomes a SYSTEM_ERROR response naming it,
+hooks (ACL) run before the processor and may answer instead of it. Nothing a client sends
+can stop the server: every failure is contained in the one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from broker_runtime.common.topics import InvalidNameError
+from broker_runtime.remoting.command import HeaderError, RemotingCommand, response_to
+from broker_runtime.remoting.connection import Connection, RemotingError
+from broker_runtime.remoting.framing import DEFAULT_MAX_FRAME
+from broker_runtime.remoting.protocol import ResponseCode, code_name
+
+log = logging.getLogger(__name__)
+
+Processor = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+Hook = Callable[[RemotingCommand, Connection], RemotingCommand | None]
+
+
+class ProcessorTable:
+    """Maps request codes to processors; `dispatch` is a Connection's `on_request`."""
+
+    def __init__(
+        self, processors: dict[int, Processor] | None = None, hooks: Sequence[Hook] = ()
+    ) -> None:
+        self.processors: dict[int, Processor] = dict(processors or {})
+        self.hooks = list(hooks)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.processors[int(code)] = processor
+
+    def dispatch(self, cmd: RemotingCommand, conn: Connection) -> None:
+        # A task per request, so that a long-polling pull does not hold up the connection.
+        task = asyncio.get_running_loop().create_task(self._handle(cmd, conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, cmd: RemotingCommand, conn: Connection) -> None:
+        response = await self.process(cmd, conn)
+        if response is None or cmd.is_oneway or conn.closed:
+            return
+        response.opaque = cmd.opaque
+        try:
+            conn.send(response)
+        except RemotingError as e:
+            log.info("response to %s not sent: %s", conn.peer, e)
+
+    async def process(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        try:
+            for hook in self.hooks:
+                refused = hook(cmd, conn)
+                if refused is not None:
+                    return refused
+            processor = self.processors.get(cmd.code)
+            if processor is None:
+                return response_to(
+                    cmd,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request code {cmd.code} not supported",
+                )
+            return await processor(cmd, conn)
+        except (HeaderError, InvalidNameError, ValueError) as e:
+            return response_to(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {e}")
+        except Exception as e:
+            log.exception("processor for %s failed", code_name(cmd.code, response=False))
+            return response_to(cmd, ResponseCode.SYSTEM_ERROR, f"internal error: {e!r}")
+
+    async def drain(self, grace_s: float = 2.0) -> None:
+        """Wait up to `grace_s` for requests in flight, then cancel the rest (long polls)."""
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+
+class RemotingServer:
+    """A TCP server on `host:port` (0 = ephemeral) serving a ProcessorTable."""
+
+    def __init__(
+        self,
+        table: ProcessorTable,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.table = table
+        self.host = host
+        self.port = port
+        self.max_frame = max_frame
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._new_connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def _new_connection(self) -> Connection:
+        return _ServerConnection(self, self.table.dispatch, self.max_frame)
+
+    async def close(self, grace_s: float = 2.0) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.table.drain(grace_s)
+        for conn in list(self.connections):
+            conn.close("server shutting down")
+
+
+class _ServerConnection(Connection):
+    """Tracks itself in the server's connection set (closing them all on shutdown)."""
+
+    def __init__(self, server: RemotingServer, on_request: Callable[..., None], max_frame: int):
+        super().__init__(on_request, max_frame)
+        self._server_ref = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._server_ref.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._server_ref.connections.discard(self)

@@ -1,0 +1,171 @@
+"""Connections and the processor table over real loopback TCP (one event loop per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from broker_runtime.remoting.client import RemotingClient, split_addr
+from broker_runtime.remoting.command import RemotingCommand, request, response_to
+from broker_runtime.remoting.connection import (
+    ConnectionClosedError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    connect,
+)
+from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.remoting.server import ProcessorTable, RemotingServer
+
+ECHO, SLOW, BOOM, BAD = 1000, 1001, 1002, 1003
+
+
+async def echo(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+    return response_to(cmd, ResponseCode.SUCCESS, fields=cmd.ext_fields, body=cmd.body)
+
+
+async def slow(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+    await asyncio.sleep(float(cmd.field("sleep")))
+    return response_to(cmd)
+
+
+async def boom(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+    raise RuntimeError("kaput")
+
+
+async def bad(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+    cmd.int_field("needed")
+    return response_to(cmd)
+
+
+def run_with_server(test: Callable[[RemotingServer, str], Awaitable[None]], **kw: object) -> None:
+    async def main() -> None:
+        table = ProcessorTable({ECHO: echo, SLOW: slow, BOOM: boom, BAD: bad}, **kw)  # type: ignore[arg-type]
+        server = RemotingServer(table)
+        port = await server.start()
+        try:
+            await test(server, f"127.0.0.1:{port}")
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_request_response_and_concurrency() -> None:
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        calls = [
+            client.invoke(addr, request(ECHO, {"i": i}, b"x" * i), timeout=5) for i in range(200)
+        ]
+        results = await asyncio.gather(*calls)
+        assert [r.ext_fields["i"] for r in results] == [str(i) for i in range(200)]
+        assert all(r.body == b"x" * i for i, r in enumerate(results))
+        await client.close()
+
+    run_with_server(t)
+
+
+def test_slow_request_does_not_block_the_connection() -> None:
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        slow_call = asyncio.ensure_future(client.invoke(addr, request(SLOW, {"sleep": 0.5}), 5))
+        fast = await client.invoke(addr, request(ECHO), timeout=0.5)  # answered meanwhile
+        assert fast.code == ResponseCode.SUCCESS and not slow_call.done()
+        assert (await slow_call).code == ResponseCode.SUCCESS
+        await client.close()
+
+    run_with_server(t)
+
+
+def test_errors_become_responses() -> None:
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        unknown = await client.invoke(addr, request(4242), 5)
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        failed = await client.invoke(addr, request(BOOM), 5)
+        assert failed.code == ResponseCode.SYSTEM_ERROR and "kaput" in (failed.remark or "")
+        badreq = await client.invoke(addr, request(BAD), 5)
+        assert badreq.code == ResponseCode.SYSTEM_ERROR and "'needed'" in (badreq.remark or "")
+        assert (await client.invoke(addr, request(ECHO), 5)).code == ResponseCode.SUCCESS
+        await client.close()
+
+    run_with_server(t)
+
+
+def test_timeout_and_oneway() -> None:
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        with pytest.raises(RemotingTimeoutError, match=r"within 0\.2 s"):
+            await client.invoke(addr, request(SLOW, {"sleep": 0.5}), timeout=0.2)
+        await client.invoke_oneway(addr, request(ECHO))  # no response comes back
+        assert (await client.invoke(addr, request(ECHO, {"k": "v"}), 5)).ext_fields == {"k": "v"}
+        await client.close()
+
+    run_with_server(t)
+
+
+def test_malformed_frame_closes_that_connection_only() -> None:
+    async def t(server: RemotingServer, addr: str) -> None:
+        host, port = split_addr(addr)
+        good = RemotingClient()
+        assert (await good.invoke(addr, request(ECHO), 5)).code == 0
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"\x00\x00\x00\x0c\x00\x00\x00\x04nope1234")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+        writer.close()
+        assert (await good.invoke(addr, request(ECHO), 5)).code == 0
+        await good.close()
+
+    run_with_server(t)
+
+
+def test_hook_can_refuse_before_the_processor() -> None:
+    def deny(cmd: RemotingCommand, conn: object) -> RemotingCommand | None:
+        if cmd.ext_fields.get("user") != "admin":
+            return response_to(cmd, ResponseCode.NO_PERMISSION, "no")
+        return None
+
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        assert (await client.invoke(addr, request(ECHO), 5)).code == ResponseCode.NO_PERMISSION
+        ok = await client.invoke(addr, request(ECHO, {"user": "admin"}), 5)
+        assert ok.code == ResponseCode.SUCCESS
+        await client.close()
+
+    run_with_server(t, hooks=[deny])
+
+
+def test_pending_request_fails_when_the_server_goes_away() -> None:
+    async def main() -> None:
+        server = RemotingServer(ProcessorTable({SLOW: slow}))
+        port = await server.start()
+        conn = await connect("127.0.0.1", port)
+        pending = asyncio.ensure_future(conn.request(request(SLOW, {"sleep": 5}), 10))
+        await asyncio.sleep(0.1)
+        for c in list(server.connections):
+            c.close("test")
+        with pytest.raises(ConnectionClosedError):
+            await pending
+        await server.close(grace_s=0.1)
+
+    asyncio.run(main())
+
+
+def test_connect_refused_is_a_clear_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+
+        async def main() -> None:
+            with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+                await connect("127.0.0.1", port, timeout=2)
+
+        asyncio.run(main())
+
+
+def test_bad_address() -> None:
+    with pytest.raises(ValueError, match="not host:port"):
+        split_addr("localhost")
+    assert RequestCode.SEND_MESSAGE == 10
