@@ -8,8 +8,9 @@ figures against their targets (reported, never asserted).
 3. parse: the reader alone (segment walk + decode to Arrow, no Spark) over the same
    ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio.
 4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
-5. memory: ingest in a fresh process at two sizes; peak RSS of the driver (the Python process
-   plus the Spark JVM, which holds the driver in local mode) at the larger over the smaller.
+5. memory: ingest in a fresh process at two sizes; peak RSS during the ingest of the driver
+   (the Python process plus the Spark JVM, which holds the driver in local mode) at the
+   larger size over the smaller.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -98,11 +98,13 @@ def raw_read(tasks: list[RangeTask]) -> dict[str, float]:
         extents[t.path] = max(extents.get(t.path, 0), t.stop)
     start = time.perf_counter()
     with ThreadPoolExecutor(WORKERS) as pool:
-        total = sum(pool.map(lambda kv: _read_file(Path(kv[0]), kv[1]), extents.items()))
+        out = list(pool.map(lambda kv: _read_file(Path(kv[0]), kv[1]), extents.items()))
     seconds = time.perf_counter() - start
+    total, cpu = sum(n for n, _ in out), sum(c for _, c in out)
     return {
         "raw_read_mb": round(total / 1e6, 1),
         "raw_read_mb_per_s": round(total / seconds / 1e6, 1),
+        "raw_read_mb_per_cpu_s": round(total / cpu / 1e6, 1),
     }
 
 
@@ -145,19 +147,22 @@ def _cpu_seconds(pid: int) -> float:
 
 
 class _PeakRss:
-    """Samples the RSS of the JVM every 0.2 s while running."""
+    """Samples the RSS of the JVM and of this (driver) process every 0.2 s while running."""
 
     def __init__(self, pid: int) -> None:
         import psutil
 
         self.proc = psutil.Process(pid)
+        self.me = psutil.Process()
         self.peak = 0
+        self.peak_me = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
             self.peak = max(self.peak, self.proc.memory_info().rss)
+            self.peak_me = max(self.peak_me, self.me.memory_info().rss)
 
     def __enter__(self) -> _PeakRss:
         self._thread.start()
@@ -197,9 +202,7 @@ def ingest(data_dir: Path, lake: Path, master: str) -> dict[str, Any]:
         # wall-clock figures above depend on what else runs; this one much less.
         "ingest_cpu_seconds": round(cpu, 1),
         "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
-        "driver_python_peak_rss_mb": round(
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        ),
+        "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
         "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
     }
 

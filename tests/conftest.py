@@ -10,6 +10,9 @@ import pytest
 
 from broker_runtime.common.config import StoreConfig
 
+# Session-wide PostgreSQL and Redis servers (fixtures postgres_url, redis_url).
+pytest_plugins = ["tests.db_servers"]
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 

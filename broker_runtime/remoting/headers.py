@@ -197,3 +197,26 @@ class ResetOffsetRequestHeader(Header):
     group: str
     topic: str
     timestamp: int
+
+
+@dataclasses.dataclass(slots=True)
+class RegisterBrokerResponseHeader(Header):
+    """What a name server tells a registering broker: its group's master (for slaves)."""
+
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class UnregisterBrokerRequestHeader(Header):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclasses.dataclass(slots=True)
+class UnregisterClientRequestHeader(Header):
+    client_id: str
+    producer_group: str | None = None
+    consumer_group: str | None = None

@@ -54,18 +54,18 @@ class ProcessorTable:
             log.info("response to %s not sent: %s", conn.peer, e)
 
     async def process(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
-        for hook in self.hooks:
-            refused = hook(cmd, conn)
-            if refused is not None:
-                return refused
-        processor = self.processors.get(cmd.code)
-        if processor is None:
-            return response_to(
-                cmd,
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f"request code {cmd.code} not supported",
-            )
         try:
+            for hook in self.hooks:
+                refused = hook(cmd, conn)
+                if refused is not None:
+                    return refused
+            processor = self.processors.get(cmd.code)
+            if processor is None:
+                return response_to(
+                    cmd,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request code {cmd.code} not supported",
+                )
             return await processor(cmd, conn)
         except (HeaderError, InvalidNameError, ValueError) as e:
             return response_to(cmd, ResponseCode.SYSTEM_ERROR, f"bad request: {e}")

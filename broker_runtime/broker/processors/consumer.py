@@ -1,0 +1,125 @@
+"""Consumer membership and offsets: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+QUERY/UPDATE_CONSUMER_OFFSET, GET_ALL_CONSUMER_OFFSET (RocketMQ's ClientManageProcessor and
+ConsumerManageProcessor), and NOTIFY_CONSUMER_IDS_CHANGED to a group whose members changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker_runtime.broker.processors.send_back import ensure_retry_topic
+from broker_runtime.common.topics import validate_group, validate_topic
+from broker_runtime.remoting.bodies import HeartbeatData, encode_json
+from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
+from broker_runtime.remoting.connection import Connection, RemotingError
+from broker_runtime.remoting.headers import (
+    OffsetResponseHeader,
+    QueueOffsetHeader,
+    TopicHeader,
+    UnregisterClientRequestHeader,
+)
+from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from broker_runtime.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+R = ResponseCode
+
+
+def notify_ids_changed(ctl: BrokerController, group: str) -> None:
+    """Tell every client of `group` to rebalance (oneway, best effort)."""
+    cfg = ctl.groups.table.get(group)
+    if cfg is not None and not cfg.notify_consumer_ids_changed_enable:
+        return
+    for conn in ctl.consumers.connections(group):
+        assert isinstance(conn, Connection)
+        cmd = request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+        cmd.flag |= FLAG_ONEWAY
+        try:
+            conn.send(cmd)
+        except RemotingError as e:
+            log.info("notify %s of group %s change failed: %s", conn.peer, group, e)
+
+
+class ConsumerProcessor:
+    def __init__(self, ctl: BrokerController) -> None:
+        self.ctl = ctl
+
+    def _watch(self, conn: Connection) -> None:
+        """Drop a connection's clients as soon as it closes (ClientHousekeepingService)."""
+        if conn in self.ctl._watched:
+            return
+        self.ctl._watched.add(conn)
+
+        async def watch() -> None:
+            await conn.wait_closed()
+            self.ctl._watched.discard(conn)
+            for group in self.ctl.consumers.connection_closed(conn):
+                notify_ids_changed(self.ctl, group)
+
+        self.ctl.spawn(watch())
+
+    async def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ctl = self.ctl
+        hb = HeartbeatData.decode(cmd.body)
+        for c in hb.consumers:
+            validate_group(c.group_name)
+            for s in c.subscriptions:
+                validate_topic(s.topic)
+        for c in hb.consumers:
+            group = ctl.groups.find(c.group_name)
+            if group is None:
+                return response_to(
+                    cmd, R.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {c.group_name} does not exist"
+                )
+            if c.message_model == "CLUSTERING" and ctl.is_master and group.retry_queue_nums > 0:
+                ensure_retry_topic(ctl, group)
+            if ctl.consumers.register(hb.client_id, conn, c, ctl.clock.now_ms()):
+                log.info("group %s: client %s joined or changed", c.group_name, hb.client_id)
+                notify_ids_changed(ctl, c.group_name)
+        if hb.consumers:
+            self._watch(conn)
+        return response_to(cmd, R.SUCCESS)
+
+    async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = UnregisterClientRequestHeader.decode(cmd)
+        if h.consumer_group and self.ctl.consumers.unregister(h.client_id, h.consumer_group):
+            log.info("group %s: client %s left", h.consumer_group, h.client_id)
+            notify_ids_changed(self.ctl, h.consumer_group)
+        return response_to(cmd, R.SUCCESS)
+
+    async def consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = TopicHeader.decode(cmd).consumer_group
+        if not group:
+            return response_to(cmd, R.SYSTEM_ERROR, "consumerGroup is required")
+        ids = self.ctl.consumers.client_ids(validate_group(group))
+        if not ids:
+            return response_to(cmd, R.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return response_to(cmd, R.SUCCESS, body=encode_json({"consumerIdList": ids}))
+
+    async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = QueueOffsetHeader.decode(cmd)
+        offset = self.ctl.offsets.query(h.topic, h.consumer_group, h.queue_id)
+        if offset < 0:
+            # The client decides from its consume-from-where (RocketMQ may answer 0 here when
+            # the queue's first message is still in memory; this broker never guesses).
+            return response_to(
+                cmd, R.QUERY_NOT_FOUND, f"group {h.consumer_group} has no offset for this queue"
+            )
+        return response_to(cmd, R.SUCCESS, fields=OffsetResponseHeader(offset).fields())
+
+    async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = QueueOffsetHeader.decode(cmd)
+        if h.commit_offset is None:
+            return response_to(cmd, R.SYSTEM_ERROR, "commitOffset is required")
+        self.ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
+        return response_to(cmd, R.SUCCESS)
+
+    async def all_offsets(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        table = {
+            key: {str(q): o for q, o in sorted(queues.items())}
+            for key, queues in sorted(self.ctl.offsets.table().items())
+        }
+        return response_to(cmd, R.SUCCESS, body=encode_json({"offsetTable": table}))

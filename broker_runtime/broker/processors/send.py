@@ -1,0 +1,122 @@
+"""SEND_MESSAGE and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
+from broker_runtime.common.delay import DelayLevelError
+from broker_runtime.common.message import Message, offset_msg_id, string_to_properties
+from broker_runtime.common.topics import (
+    SCHEDULE_TOPIC,
+    group_of,
+    is_retry_topic,
+    validate_group,
+    validate_topic,
+)
+from broker_runtime.remoting.bodies import decode_batch
+from broker_runtime.remoting.command import RemotingCommand, response_to
+from broker_runtime.remoting.connection import Connection
+from broker_runtime.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.store.message_store import FlushTimeout, StoreUnavailable
+from broker_runtime.store.record_codec import MessageRejected
+
+if TYPE_CHECKING:
+    from broker_runtime.broker.controller import BrokerController
+
+
+def peer_host(conn: Connection) -> tuple[str, int]:
+    """The client's address as BORNHOST (IPv4 loopback when it is anything else)."""
+    host, _, port = conn.peer.rpartition(":")
+    return (host, int(port)) if host.count(".") == 3 and port.isdigit() else ("127.0.0.1", 0)
+
+
+class SendProcessor:
+    def __init__(self, ctl: BrokerController) -> None:
+        self.ctl = ctl
+
+    async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ctl = self.ctl
+        h = SendMessageRequestHeader.decode(cmd)
+        if not ctl.is_master:
+            return response_to(
+                cmd,
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                "this broker is a slave: send to its master",
+            )
+        validate_topic(h.topic)
+        validate_group(h.producer_group)
+        if h.topic == SCHEDULE_TOPIC:
+            return response_to(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"{SCHEDULE_TOPIC} is the broker's own: delay a message with the DELAY property",
+            )
+        retry_group = group_of(h.topic) if is_retry_topic(h.topic) else None
+        if retry_group and ctl.topics.get(h.topic) is None:
+            group = ctl.groups.find(validate_group(retry_group))
+            if group is not None:  # a retry topic has the group's retryQueueNums queues
+                ensure_retry_topic(ctl, group)
+        cfg = ctl.topic_for_send(h.topic)
+        if cfg is None:
+            return response_to(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic {h.topic} does not exist, create it first",
+            )
+        if not cfg.writable:
+            return response_to(cmd, ResponseCode.NO_PERMISSION, f"topic {h.topic} is not writable")
+        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
+        if queue_id >= max(cfg.write_queue_nums, cfg.read_queue_nums):
+            return response_to(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+                f"{cfg.write_queue_nums} write queues",
+            )
+        born_host = peer_host(conn)
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            items = decode_batch(cmd.body)
+            if not items:
+                return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        else:
+            items = [(cmd.body, string_to_properties(h.properties), h.flag)]
+        msgs = [
+            Message(
+                topic=h.topic,
+                body=body,
+                properties=props,
+                queue_id=queue_id,
+                flag=flag,
+                sys_flag=h.sys_flag,
+                born_timestamp=h.born_timestamp,
+                born_host=born_host,
+                reconsume_times=h.reconsume_times,
+            )
+            for body, props, flag in items
+        ]
+        if retry_group:
+            refused = route_retry_send(ctl, cmd, h, msgs)
+            if refused is not None:
+                return refused
+        try:
+            results = await ctl.put(msgs)
+        except (MessageRejected, DelayLevelError) as e:
+            return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        except StoreUnavailable as e:
+            return response_to(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))
+        except FlushTimeout as e:
+            return response_to(cmd, ResponseCode.FLUSH_DISK_TIMEOUT, str(e))
+        last = results[-1]
+        code, remark = await ctl.replicate(last.phys_offset + last.size)
+        store_host = ctl.config.store.store_host
+        out = SendMessageResponseHeader(
+            msg_id=",".join(offset_msg_id(store_host, r.phys_offset) for r in results),
+            queue_id=queue_id,
+            queue_offset=results[0].queue_offset,
+            phys_offset=results[0].phys_offset,
+            batch_count=len(results),
+        )
+        return response_to(cmd, code, remark, fields=out.fields())

@@ -1,0 +1,1 @@
+"""Master -> slave CommitLog replication over its own TCP port (RocketMQ's HAService)."""

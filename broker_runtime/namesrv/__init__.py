@@ -1,0 +1,1 @@
+"""Name servers: the topic route registry brokers register with (RocketMQ's namesrv)."""
