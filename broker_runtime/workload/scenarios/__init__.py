@@ -1,0 +1,1 @@
+"""One module per family of scenarios; `RUNNERS` maps a scenario name to its coroutine."""
