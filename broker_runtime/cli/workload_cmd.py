@@ -11,8 +11,6 @@ import json
 import logging
 from pathlib import Path
 
-from broker_runtime.common import aio
-from broker_runtime.workload import runner
 from broker_runtime.workload.plan import SCENARIOS
 
 
@@ -37,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def cmd_workload(args: argparse.Namespace) -> int:
     if args.messages <= 0:
         raise ValueError("--messages must be positive")
+    # Imported here: every node process runs this CLI, and the clients and ledgers it
+    # loads (SQLAlchemy among them) would slow each start.
+    from broker_runtime.common import aio
+    from broker_runtime.workload import runner
+
     logging.basicConfig(level=logging.ERROR)  # the clients' warnings are expected here
     summary, ok = aio.run(
         runner.run(

@@ -57,37 +57,35 @@ class OwnCommitsPuller(Puller):
 
 class HandoverPushConsumer(PushConsumer):
     """`PushConsumer` with handover on rebalance; `handover_timeout_s` caps each handover
-    (what is still in flight then is dropped as RocketMQ drops it)."""
+    (what is still in flight then is dropped as RocketMQ drops it).
+
+    The queue's pull loop stops at once, a long-polling pull included: should the broker
+    answer that pull with messages, this consumer never sees them, and with the lock on the
+    new owner then waits for the lock's hold timeout instead of this consumer's ack.
+    """
 
     def __init__(self, *args: Any, handover_timeout_s: float = 30.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.handover_timeout_s = handover_timeout_s
         self.puller = OwnCommitsPuller(self.instance, self.group, self.offset_store.table)
         self.handed_over: list[tuple[MessageQueue, int]] = []  # (queue, offset acked at the end)
-        self._leaving: dict[ProcessQueue, bool] = {}  # pq -> its pull loop is idle
         self._handovers: set[asyncio.Task[None]] = set()
-
-    def _flow_controlled(self, pq: ProcessQueue) -> bool:
-        if pq in self._leaving:
-            self._leaving[pq] = True  # the loop is between pulls: none is in flight
-            return True
-        return super()._flow_controlled(pq)
 
     async def _drop(self, mq: MessageQueue) -> None:
         pq = self.pq_table.pop(mq)
         puller = self._pull_tasks.pop(mq, None)
-        self._leaving[pq] = False
-        task = asyncio.get_running_loop().create_task(self._hand_over(mq, pq, puller))
+        if puller is not None:
+            puller.cancel()
+            await asyncio.gather(puller, return_exceptions=True)
+        task = asyncio.get_running_loop().create_task(self._hand_over(mq, pq))
         self._handovers.add(task)
         task.add_done_callback(self._handovers.discard)
         log.info("%s: handing %s over (%d message(s) in flight)", self.client_id, mq, len(pq))
 
-    async def _hand_over(
-        self, mq: MessageQueue, pq: ProcessQueue, puller: asyncio.Task[None] | None
-    ) -> None:
+    async def _hand_over(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         deadline = time.monotonic() + self.handover_timeout_s
         try:
-            while not (self._leaving[pq] and len(pq) == 0):
+            while len(pq) > 0:
                 if mq in self.pq_table or not self.running or time.monotonic() > deadline:
                     break  # taken back, stopping, or too slow: drop what is left
                 await asyncio.sleep(POLL_S)
@@ -99,10 +97,6 @@ class HandoverPushConsumer(PushConsumer):
                 self.offset_store.remove(mq)
         finally:
             pq.dropped = True
-            self._leaving.pop(pq, None)
-            if puller is not None:
-                puller.cancel()
-                await asyncio.gather(puller, return_exceptions=True)
 
     async def _stop_consuming(self, grace_s: float) -> None:
         for task in list(self._handovers):

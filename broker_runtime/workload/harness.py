@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -147,6 +148,10 @@ class Harness:
             raise WorkloadError(f"the cluster in {self.data_dir} has nodes down: {down}")
         return layout
 
+    @staticmethod
+    def layout_of(root: Path) -> ClusterLayout:
+        return ClusterLayout.load(root)
+
     def ledger_dir(self, cluster_dir: Path) -> Path | None:
         """Ledgers of a cluster's clients go under its data dir (unless a URL is given)."""
         return None if self.ledger_url else cluster_dir
@@ -173,13 +178,37 @@ class Harness:
     def cluster_down(self, root: Path) -> None:
         self.run_cli("cluster", "down", "--data-dir", str(root), "--grace", "10")
 
-    def node(self, root: Path, action: str, node: str, *extra: str) -> None:
-        """`mqaudit cluster start-node|stop-node` (with `--kill`: SIGKILL)."""
-        self.run_cli("cluster", action, "--data-dir", str(root), node, *extra)
+    def start_nodes(self, root: Path, *names: str) -> None:
+        """Start stopped nodes of the cluster in `root` again, side by side, on their ports
+        (as `mqaudit cluster start-node`); waits until they answer. One layout object for
+        all: each start saves it, with every pid known so far."""
+        layout = ClusterLayout.load(root)
+        with ThreadPoolExecutor(len(names)) as pool:
+            futures = [
+                pool.submit(supervisor.start_node, layout, layout.node(n), None, 60.0)
+                for n in names
+            ]
+            try:
+                for f in futures:
+                    f.result()
+            except supervisor.ClusterError as e:
+                raise WorkloadError(str(e)) from e
+
+    def stop_node(self, root: Path, name: str, kill: bool = False) -> None:
+        """SIGTERM and wait (a clean stop), or SIGKILL at once: `mqaudit cluster stop-node`."""
+        layout = ClusterLayout.load(root)
+        node = layout.node(name)
+        if kill:
+            supervisor.signal_node(node, signal.SIGKILL)
+            node.pid = None
+            layout.save()
+        else:
+            supervisor.stop_nodes(layout, [node], 20.0)
 
     @staticmethod
-    def runtime(addr: str) -> dict[str, str]:
-        info = broker_info(addr, 3.0)
+    async def runtime(addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of a broker node."""
+        info = await asyncio.to_thread(broker_info, addr, 3.0)
         if info is None:
             raise WorkloadError(f"broker {addr} does not answer")
         return info

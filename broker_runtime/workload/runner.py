@@ -2,24 +2,37 @@
 
 Scenarios that need the cluster configured otherwise (replication and flush modes, the
 queue access lock) start their own cluster under DIR/scenarios/<name>/ and take it down
-at the end (its files stay); the others run on the cluster in DIR. A scenario that fails
-stops the run: truth.json then holds the scenarios that completed and the failure.
+at the end (its files stay); the others run on the cluster in DIR. The two kinds run side
+by side, each kind one scenario after another. A scenario that fails ends its lane:
+truth.json then holds the scenarios that completed, and the failures.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.workload import plan as P
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.scenarios.common import Ctx
 from broker_runtime.workload.scenarios.failures import consumer_failures, producer_resend
+from broker_runtime.workload.scenarios.master_crash import SETTINGS as CRASH_SETTINGS
+from broker_runtime.workload.scenarios.master_crash import master_crash_async, master_crash_sync
+from broker_runtime.workload.scenarios.rebalance import (
+    namesrv_split,
+    rebalance_lock_off,
+    rebalance_lock_on,
+)
 from broker_runtime.workload.scenarios.redelivery import ack_lost, consumer_crash_unacked
 from broker_runtime.workload.truth import summary, validate
 
@@ -29,12 +42,79 @@ ON_MAIN_CLUSTER: dict[str, Runner] = {
     P.CONSUMER_CRASH: consumer_crash_unacked,
     P.ACK_LOST: ack_lost,
     P.PRODUCER_RESEND: producer_resend,
+    P.NAMESRV_SPLIT: namesrv_split,
     P.CONSUMER_FAILURES: consumer_failures,
 }
 
 
+@dataclass(frozen=True)
+class OwnCluster:
+    """A scenario on a cluster of its own: `mqaudit cluster up` arguments and settings."""
+
+    runner: Runner
+    args: tuple[str, ...]
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+_SMALL = ("--name-servers", "1", "--groups", "broker-a", "--segment-size", str(64 << 20))
+ON_OWN_CLUSTER: dict[str, OwnCluster] = {
+    P.REBALANCE_LOCK_OFF: OwnCluster(
+        rebalance_lock_off, (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
+    ),
+    P.REBALANCE_LOCK_ON: OwnCluster(
+        rebalance_lock_on,
+        (*_SMALL, "--no-slaves"),
+        {"queue_access_lock": "true", "queue_lock_hold_timeout_ms": "10000"},
+    ),
+    P.MASTER_CRASH_ASYNC: OwnCluster(
+        master_crash_async, (*_SMALL, "--flush", "async", "--replication", "async"), CRASH_SETTINGS
+    ),
+    P.MASTER_CRASH_SYNC: OwnCluster(
+        master_crash_sync, (*_SMALL, "--flush", "sync", "--replication", "sync"), CRASH_SETTINGS
+    ),
+}
+
+
+class ClusterStarter:
+    """Starts the scenarios' own clusters one after another on a background thread while
+    the scenarios before them run, and takes them down the same way."""
+
+    def __init__(self, h: Harness, names: list[str]) -> None:
+        self.h = h
+        self.pool = ThreadPoolExecutor(1, "clusters")
+        self.started: dict[str, concurrent.futures.Future[ClusterLayout]] = {}
+        for n in names:
+            own = ON_OWN_CLUSTER.get(n)
+            if own is not None:
+                self.started[n] = self.pool.submit(h.cluster_up, n, own.settings, *own.args)
+        self._down: set[str] = set()
+
+    async def layout(self, name: str) -> ClusterLayout:
+        return await asyncio.wrap_future(self.started[name])
+
+    def down(self, name: str) -> None:
+        f = self.started[name]
+        if name in self._down or not f.done() or f.exception() is not None:
+            return
+        self._down.add(name)
+        self.pool.submit(self.h.cluster_down, Path(f.result().data_dir))
+
+    def close(self) -> None:
+        """Take down what is still up (a run that stopped early), wait for every stop."""
+        for f in self.started.values():
+            f.cancel()  # not started yet: never will be
+        for name, f in self.started.items():
+            if not f.cancelled():
+                concurrent.futures.wait([f])
+                self.down(name)
+        self.pool.shutdown(wait=True)
+
+
+_T0 = time.monotonic()
+
+
 def say(msg: str) -> None:
-    print(f"[workload] {msg}", file=sys.stderr, flush=True)
+    print(f"[workload {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def write_truth(path: Path, doc: dict[str, Any]) -> None:
@@ -66,29 +146,51 @@ async def run(
         "scenarios": {},
     }
     say(f"run {run_id}: {len(plans)} scenario(s), {messages} messages, seed {seed}")
-    ok = True
+    entries: dict[str, dict[str, Any]] = {}
+    failures: list[dict[str, str]] = []
+    starter = ClusterStarter(h, [p.name for p in plans])
+
+    async def one(p: P.ScenarioPlan) -> None:
+        started = time.monotonic()
+        say(f"{p.name}: {p.messages} messages, {json.dumps(p.params)[:160]}")
+        if p.name in ON_OWN_CLUSTER:
+            own = await starter.layout(p.name)
+            ctx = Ctx(h, p, Path(own.data_dir), own.namesrv_addr)
+            entries[p.name] = await ON_OWN_CLUSTER[p.name].runner(ctx)
+            starter.down(p.name)
+        else:
+            ctx = Ctx(h, p, h.data_dir, layout.namesrv_addr)
+            entries[p.name] = await ON_MAIN_CLUSTER[p.name](ctx)
+        found = {k: v for k, v in entries[p.name]["expected"].items() if v}
+        say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
+
+    async def lane(lane_plans: list[P.ScenarioPlan]) -> None:
+        """Scenarios one after another; the first that fails ends the lane."""
+        for p in lane_plans:
+            try:
+                await one(p)
+            except (WorkloadError, OSError, TimeoutError) as e:
+                failures.append({"scenario": p.name, "error": str(e)})
+                say(f"{p.name} FAILED: {e}")
+                return
+
     try:
-        for p in plans:
-            started = time.monotonic()
-            say(f"{p.name}: {p.messages} messages, {json.dumps(p.params)[:160]}")
-            runner = ON_MAIN_CLUSTER.get(p.name)
-            if runner is None:
-                raise WorkloadError(f"scenario {p.name} is not available yet")
-            entry = await runner(Ctx(h, p, h.data_dir, layout.namesrv_addr))
-            doc["scenarios"][p.name] = entry
-            found = {k: v for k, v in entry["expected"].items() if v}
-            say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
-    except (WorkloadError, OSError, TimeoutError) as e:
-        ok = False
-        doc["failed"] = {"scenario": p.name, "error": str(e)}
-        say(f"{p.name} FAILED: {e}")
+        # The main cluster's scenarios, and beside them those with clusters of their own.
+        await asyncio.gather(
+            lane([p for p in plans if p.name not in ON_OWN_CLUSTER]),
+            lane([p for p in plans if p.name in ON_OWN_CLUSTER]),
+        )
     finally:
         h.cleanup()
+        starter.close()
+        doc["scenarios"] = {p.name: entries[p.name] for p in plans if p.name in entries}
+        if failures:
+            doc["failed"] = failures
         doc["finished_at"] = time.time_ns() // 1_000_000
         validate(doc)
         write_truth(truth_path, doc)
     say(f"truth written to {truth_path}")
     out = summary(doc)
-    if not ok:
-        out["failed"] = doc["failed"]
-    return out, ok
+    if failures:
+        out["failed"] = failures
+    return out, not failures
