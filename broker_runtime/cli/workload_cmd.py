@@ -22,7 +22,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--messages", type=int, required=True, help="messages in all, split over the scenarios"
     )
-    p.add_argument("--scenario", default="all", help=f"all, or one of: {', '.join(SCENARIOS)}")
+    p.add_argument(
+        "--scenario",
+        default="all",
+        help=f"all, or one or more (comma-separated) of: {', '.join(SCENARIOS)}",
+    )
     p.add_argument("--truth", type=Path, required=True, help="where to write truth.json")
     p.add_argument("--seed", type=int, default=0, help="where the faults land")
     p.add_argument(

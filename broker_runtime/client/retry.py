@@ -95,8 +95,6 @@ class ConsumeRetry:
         self.sent_back = 0  # by CONSUMER_SEND_MSG_BACK
         self.sent_direct = 0  # by the inner producer, after CONSUMER_SEND_MSG_BACK failed
         self.failed = 0  # neither worked: consumed again locally
-        # Tests and the fault workload make the first way fail; nothing else sets it.
-        self.send_back_enabled = True
         self._producer: Producer | None = None
         self._producer_lock = asyncio.Lock()
         self._watch: asyncio.Task[None] | None = None
@@ -121,8 +119,6 @@ class ConsumeRetry:
         return True
 
     async def _send_msg_back(self, msg: ReceivedMessage, delay_level: int) -> None:
-        if not self.send_back_enabled:
-            raise ConnectionError("send-back disabled")
         header = ConsumerSendMsgBackRequestHeader(
             offset=msg.msg.phys_offset,
             group=self.group,

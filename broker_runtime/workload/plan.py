@@ -48,12 +48,17 @@ class ScenarioPlan:
 
 
 def resolve(scenario: str) -> list[str]:
-    """`all` or one name -> the scenarios to run, in run order."""
+    """`all`, a name, or names separated by commas -> the scenarios to run, in run order."""
     if scenario == "all":
         return list(SCENARIOS)
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}: one of all, {', '.join(SCENARIOS)}")
-    return [scenario]
+    names = {n.strip() for n in scenario.split(",") if n.strip()}
+    unknown = sorted(names - set(SCENARIOS))
+    if unknown or not names:
+        raise ValueError(
+            f"unknown scenario {', '.join(unknown) or repr(scenario)}: "
+            f"use all, or names from {', '.join(SCENARIOS)}"
+        )
+    return [n for n in SCENARIOS if n in names]
 
 
 def split_messages(total: int, names: list[str]) -> dict[str, int]:
