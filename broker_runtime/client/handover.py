@@ -59,9 +59,10 @@ class HandoverPushConsumer(PushConsumer):
     """`PushConsumer` with handover on rebalance; `handover_timeout_s` caps each handover
     (what is still in flight then is dropped as RocketMQ drops it).
 
-    The queue's pull loop stops at once, a long-polling pull included: should the broker
-    answer that pull with messages, this consumer never sees them, and with the lock on the
-    new owner then waits for the lock's hold timeout instead of this consumer's ack.
+    A queue being handed over is pulled no more, but a pull already waiting at the broker
+    (long polling) is let finish and what it brings is consumed too: the broker counts it
+    delivered, and the new owner waits for its ack. So a handover lasts at least until that
+    pull returns: up to `suspend_ms` when nothing arrives.
     """
 
     def __init__(self, *args: Any, handover_timeout_s: float = 30.0, **kwargs: Any) -> None:
@@ -69,23 +70,30 @@ class HandoverPushConsumer(PushConsumer):
         self.handover_timeout_s = handover_timeout_s
         self.puller = OwnCommitsPuller(self.instance, self.group, self.offset_store.table)
         self.handed_over: list[tuple[MessageQueue, int]] = []  # (queue, offset acked at the end)
+        self._leaving: dict[ProcessQueue, bool] = {}  # pq -> its pull loop is between pulls
         self._handovers: set[asyncio.Task[None]] = set()
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        if pq in self._leaving:
+            self._leaving[pq] = True  # called before each pull: none is in flight now
+            return True
+        return super()._flow_controlled(pq)
 
     async def _drop(self, mq: MessageQueue) -> None:
         pq = self.pq_table.pop(mq)
         puller = self._pull_tasks.pop(mq, None)
-        if puller is not None:
-            puller.cancel()
-            await asyncio.gather(puller, return_exceptions=True)
-        task = asyncio.get_running_loop().create_task(self._hand_over(mq, pq))
+        self._leaving[pq] = False
+        task = asyncio.get_running_loop().create_task(self._hand_over(mq, pq, puller))
         self._handovers.add(task)
         task.add_done_callback(self._handovers.discard)
         log.info("%s: handing %s over (%d message(s) in flight)", self.client_id, mq, len(pq))
 
-    async def _hand_over(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+    async def _hand_over(
+        self, mq: MessageQueue, pq: ProcessQueue, puller: asyncio.Task[None] | None
+    ) -> None:
         deadline = time.monotonic() + self.handover_timeout_s
         try:
-            while len(pq) > 0:
+            while not (self._leaving[pq] and len(pq) == 0):
                 if mq in self.pq_table or not self.running or time.monotonic() > deadline:
                     break  # taken back, stopping, or too slow: drop what is left
                 await asyncio.sleep(POLL_S)
@@ -97,6 +105,10 @@ class HandoverPushConsumer(PushConsumer):
                 self.offset_store.remove(mq)
         finally:
             pq.dropped = True
+            self._leaving.pop(pq, None)
+            if puller is not None:
+                puller.cancel()
+                await asyncio.gather(puller, return_exceptions=True)
 
     async def _stop_consuming(self, grace_s: float) -> None:
         for task in list(self._handovers):

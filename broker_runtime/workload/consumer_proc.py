@@ -58,6 +58,7 @@ class ConsumerSpec:
     persist_interval_s: float = 0.5
     rebalance_interval_s: float = 20.0
     pull_threshold_for_queue: int = 1000
+    suspend_ms: int = 15_000  # how long a pull waits at the broker for new messages
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))
@@ -115,6 +116,7 @@ def build(spec: ConsumerSpec, journal: JournalWriter) -> PushConsumer:
         "max_reconsume_times": spec.max_reconsume,
         "rebalance_interval_s": spec.rebalance_interval_s,
         "pull_threshold_for_queue": spec.pull_threshold_for_queue,
+        "suspend_ms": spec.suspend_ms,
     }
     consumer: PushConsumer
     if spec.handover:

@@ -81,16 +81,22 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
     group = c.group()
     master = next(n for n in h.layout_of(c.root).nodes if n.role == "master")
     await h.create_topic(c.namesrv, c.topic, 4, [str(master.group)])
-    await c.produce(range(m))
+    upfront = (m * 3) // 5  # the rest is sent once b is in the group
+    await c.produce(range(upfront))
     delay_ms = RUN_TIME_S * 1000 * THREADS / m
-    spec: dict[str, Any] = {"handover": True, "threads": THREADS, "delay_ms": delay_ms}
+    # A handover waits for the pull the old owner has waiting at the broker: 1 s long polls.
+    spec: dict[str, Any] = {
+        "handover": True, "threads": THREADS, "delay_ms": delay_ms, "suspend_ms": 1000,
+    }  # fmt: skip
     a = c.consumer("a", group, **spec)
     b = c.consumer("b", group, wait_signal=True, **spec)
-    h.say(f"{c.name}: topic created, {m} messages sent")
+    h.say(f"{c.name}: topic created, {upfront} messages sent")
     await h.until(lambda: b.state.ready, 30, "consumer b to load", [a, b])
     await h.until(lambda: len(consumed_by([a])) >= join, 60, f"a to consume {join}", [a, b])
     b.signal_start()
     h.say(f"{c.name}: b joins after a consumed {len(consumed_by([a]))} of {m}")
+    await h.until(lambda: bool(b.state.owns), 30, "b to own queues", [a, b])
+    await c.produce(range(upfront, m))
     await h.until(lambda: consumed_by([a, b]) >= set(range(m)), 90, "all consumed", [a, b])
     h.say(f"{c.name}: all consumed")
     await asyncio.sleep(1.0)  # handovers finish and commit
@@ -112,16 +118,17 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
         "fault": "a second consumer joins the group while the first has messages in flight",
         "queue_access_lock": lock,
         "second_consumer_after": join,
+        "sent_before_it_joined": upfront,
         "listener_delay_ms": round(delay_ms, 2),
     }
     return c.result(
         f"Rebalance with the queue access lock {state} (seed 001). Consumer a has pulled the "
-        "topic's messages and works through them slowly; b joins and takes half the queues. "
-        "Both consumers finish and ack what they pulled of a queue they give up (as DeFiBus "
-        "clients do). "
+        "topic's first messages and works through them slowly; b joins and takes half the "
+        "queues, then the rest of the messages are sent. Both consumers finish and ack what "
+        "they pulled of a queue they give up (as DeFiBus clients do). "
         + (
             "The broker holds b back on those queues until a's acks reach what it was "
-            "delivered, so b starts after it: few or no duplicates."
+            "delivered, then b goes on from there: few or no duplicates."
             if lock
             else "Without the lock b pulls them at once from the last committed offset, "
             "while a is still consuming what it pulled: those messages are delivered twice."

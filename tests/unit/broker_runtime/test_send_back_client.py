@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.idempotent import open_dedup_store
+from broker_runtime.client.idempotent_listener import IdempotentListener
 from broker_runtime.client.ledger_hooks import (
     ConsumerLedgerHooks,
     LedgerWriter,
@@ -172,3 +174,29 @@ def test_consumer_log_rows_from_a_listener_thread_and_the_event_loop(tmp_path: P
     assert all(r["finished_at"] >= r["received_at"] for r in rows)
     assert hooks.errors == 0
     hooks.close()
+
+
+def test_an_idempotent_listener_runs_each_effect_once_per_group(tmp_path: Path) -> None:
+    effects: list[str] = []
+    attempts: dict[str, int] = {}
+
+    def handle(m: ReceivedMessage) -> ConsumeStatus:
+        attempts[m.msg_id] = attempts.get(m.msg_id, 0) + 1
+        if m.msg_id == "U2" and attempts[m.msg_id] == 1:
+            return ConsumeStatus.RECONSUME_LATER  # fails once: not marked, runs again
+        effects.append(m.msg_id)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    store = open_dedup_store(tmp_path)
+    listener = IdempotentListener(handle, store, "g1")
+    ctx = ConsumeContext(MQ)
+    first, dup, flaky = received(1), received(1), received(2)
+    assert listener([first], ctx) is ConsumeStatus.CONSUME_SUCCESS
+    assert listener([dup], ctx) is ConsumeStatus.CONSUME_SUCCESS  # a duplicate: acked, not run
+    assert listener([flaky], ctx) is ConsumeStatus.RECONSUME_LATER
+    assert listener([flaky], ctx) is ConsumeStatus.CONSUME_SUCCESS
+    assert effects == ["U1", "U2"]
+    assert (listener.stats.ran, listener.stats.skipped) == (3, 1)
+    other_group = IdempotentListener(handle, store, "g2")  # de-dup is per group
+    assert other_group([received(1)], ctx) is ConsumeStatus.CONSUME_SUCCESS
+    assert effects == ["U1", "U2", "U1"]
