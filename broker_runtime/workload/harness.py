@@ -100,24 +100,25 @@ class ConsumerProc:
     def signal_start(self) -> None:
         self.proc.send_signal(signal.SIGUSR1)
 
-    def kill(self) -> None:
+    async def kill(self) -> None:
         """SIGKILL: the crash."""
         if self.alive():
             self.proc.kill()
-        self.wait()
+        await self.wait()
 
-    def stop(self, timeout_s: float = 20.0) -> None:
+    async def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM and wait for a clean stop (offsets committed); SIGKILL if it hangs."""
         if self.alive():
             self.proc.terminate()
             try:
-                self.proc.wait(timeout_s)
+                await asyncio.to_thread(self.proc.wait, timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self.wait()
+        await self.wait()
 
-    def wait(self) -> None:
-        self.proc.wait()
+    async def wait(self) -> None:
+        """Until the process has exited (off the event loop: other scenarios go on)."""
+        await asyncio.to_thread(self.proc.wait)
         self._log.close()
         self.journal.poll()
 
@@ -302,7 +303,8 @@ class Harness:
         """Kill consumer processes still running (a scenario that failed half-way)."""
         for p in self.procs:
             if p.alive():
-                p.kill()
+                p.proc.kill()
+                p.proc.wait()
 
     async def until(
         self,

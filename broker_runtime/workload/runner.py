@@ -2,9 +2,9 @@
 
 Scenarios that need the cluster configured otherwise (replication and flush modes, the
 queue access lock) start their own cluster under DIR/scenarios/<name>/ and take it down
-at the end (its files stay); the others run on the cluster in DIR. The two kinds run side
-by side, each kind one scenario after another. A scenario that fails ends its lane:
-truth.json then holds the scenarios that completed, and the failures.
+at the end (its files stay); the others run on the cluster in DIR. Scenarios run in lanes
+(`lanes`), side by side. A scenario that fails ends its lane: truth.json then holds the
+scenarios that completed, and the failures.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class OwnCluster:
     """A scenario on a cluster of its own: `mqaudit cluster up` arguments and settings."""
 
     runner: Runner
+    lane: str  # scenarios of one lane run one after another
     args: tuple[str, ...]
     settings: dict[str, str] = field(default_factory=dict)
 
@@ -59,31 +60,53 @@ class OwnCluster:
 _SMALL = ("--name-servers", "1", "--groups", "broker-a", "--segment-size", str(64 << 20))
 ON_OWN_CLUSTER: dict[str, OwnCluster] = {
     P.REBALANCE_LOCK_OFF: OwnCluster(
-        rebalance_lock_off, (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
+        rebalance_lock_off, "rebalance", (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
     ),
     P.REBALANCE_LOCK_ON: OwnCluster(
         rebalance_lock_on,
+        "rebalance",
         (*_SMALL, "--no-slaves"),
         {"queue_access_lock": "true", "queue_lock_hold_timeout_ms": "10000"},
     ),
     P.MASTER_CRASH_ASYNC: OwnCluster(
-        master_crash_async, (*_SMALL, "--flush", "async", "--replication", "async"), CRASH_SETTINGS
+        master_crash_async,
+        "master_crash_async",
+        (*_SMALL, "--flush", "async", "--replication", "async"),
+        CRASH_SETTINGS,
     ),
     P.MASTER_CRASH_SYNC: OwnCluster(
-        master_crash_sync, (*_SMALL, "--flush", "sync", "--replication", "sync"), CRASH_SETTINGS
+        master_crash_sync,
+        "master_crash_sync",
+        (*_SMALL, "--flush", "sync", "--replication", "sync"),
+        CRASH_SETTINGS,
     ),
 }
 
 
-class ClusterStarter:
-    """Starts the scenarios' own clusters one after another on a background thread while
-    the scenarios before them run, and takes them down the same way."""
+def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
+    """Scenarios that run one after another: the main cluster's; the two rebalances (run
+    alike, to be compared); each master crash. The lanes run side by side."""
+    out: dict[str, list[P.ScenarioPlan]] = {}
+    for p in plans:
+        own = ON_OWN_CLUSTER.get(p.name)
+        key = own.lane if own is not None else "main"
+        out.setdefault(key, []).append(p)
+    return list(out.values())
 
-    def __init__(self, h: Harness, names: list[str]) -> None:
+
+class ClusterStarter:
+    """Starts the scenarios' own clusters on background threads while the scenarios before
+    them run (each lane's first cluster first), and takes them down the same way."""
+
+    def __init__(self, h: Harness, plans: list[P.ScenarioPlan]) -> None:
         self.h = h
-        self.pool = ThreadPoolExecutor(1, "clusters")
+        self.pool = ThreadPoolExecutor(2, "clusters")
         self.started: dict[str, concurrent.futures.Future[ClusterLayout]] = {}
-        for n in names:
+        order = sorted(
+            ((i, p.name) for ps in lanes(plans) for i, p in enumerate(ps)),
+            key=lambda t: t[0],
+        )
+        for _, n in order:
             own = ON_OWN_CLUSTER.get(n)
             if own is not None:
                 self.started[n] = self.pool.submit(h.cluster_up, n, own.settings, *own.args)
@@ -148,7 +171,7 @@ async def run(
     say(f"run {run_id}: {len(plans)} scenario(s), {messages} messages, seed {seed}")
     entries: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, str]] = []
-    starter = ClusterStarter(h, [p.name for p in plans])
+    starter = ClusterStarter(h, plans)
 
     async def one(p: P.ScenarioPlan) -> None:
         started = time.monotonic()
@@ -175,11 +198,7 @@ async def run(
                 return
 
     try:
-        # The main cluster's scenarios, and beside them those with clusters of their own.
-        await asyncio.gather(
-            lane([p for p in plans if p.name not in ON_OWN_CLUSTER]),
-            lane([p for p in plans if p.name in ON_OWN_CLUSTER]),
-        )
+        await asyncio.gather(*(lane(ps) for ps in lanes(plans)))
     finally:
         h.cleanup()
         starter.close()

@@ -34,7 +34,7 @@ async def producer_resend(c: Ctx) -> dict[str, Any]:
 
     await h.until(all_copies, 60, "every stored copy to be consumed", [a])
     await asyncio.sleep(0.3)
-    a.stop()
+    await a.stop()
     positions: dict[str, list[tuple[str, str, int, int]]] = {s.msg_id: list(s.copies) for s in sent}
     for d in a.state.deliveries:  # what the consumer found stored counts too
         positions.setdefault(d.msg_id, []).append(d.position)
@@ -76,7 +76,7 @@ async def consumer_failures(c: Ctx) -> dict[str, Any]:
     h.say(f"{c.name}: {len(permanent)} messages fail always, {len(transient)} for a while")
     await h.until(settled, 120, "retries and dead letters to settle", [a])
     dead = await _dead_letters(c, group, [sent[i].msg_id for i in permanent])
-    a.stop()
+    await a.stop()
     findings = group_findings(group, c.topic, [a])
     findings += [finding(DEAD_LETTERED, mid, group, n, c.topic) for mid, n in sorted(dead.items())]
     injected = {

@@ -105,7 +105,9 @@ async def master_crash(c: Ctx, sync: bool) -> dict[str, Any]:
     await asyncio.to_thread(h.start_nodes, c.root, MASTER, SLAVE)
     await _replicated(h, master.addr)
     await asyncio.to_thread(h.cluster_down, c.root)
-    present = stored_keys(store, c.topic) | stored_keys(Path(slave.store_dir), c.topic)
+    present = set()
+    for node_store in (store, Path(slave.store_dir)):
+        present |= await asyncio.to_thread(stored_keys, node_store, c.topic)
     sent = before + after
     acked = [s for s in sent if s.acked]
     lost = [s for s in acked if s.msg_id not in present]

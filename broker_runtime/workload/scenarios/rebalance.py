@@ -53,10 +53,10 @@ async def namesrv_split(c: Ctx) -> dict[str, Any]:
         return True
 
     await h.until(own_done, 60, "each consumer to consume its queues", [c1, c2])
-    c2.stop()  # c1 is told the group changed, rebalances alone and takes every queue
+    await c2.stop()  # c1 is told the group changed, rebalances alone and takes every queue
     await h.until(lambda: consumed_by([c1]) >= set(range(m)), 60, "c1 to consume the rest", [c1])
     await asyncio.sleep(0.3)
-    c1.stop()
+    await c1.stop()
     findings = group_findings(group, c.topic, [c1, c2])
     injected = {
         "fault": "two consumers of one group rebalance from different route views",
@@ -100,8 +100,8 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
     await h.until(lambda: consumed_by([a, b]) >= set(range(m)), 90, "all consumed", [a, b])
     h.say(f"{c.name}: all consumed")
     await asyncio.sleep(1.0)  # handovers finish and commit
-    b.stop()
-    a.stop()
+    await b.stop()
+    await a.stop()
     h.say(f"{c.name}: consumers stopped")
     info = await h.runtime(master.addr)
     findings = group_findings(group, c.topic, [a, b])

@@ -51,7 +51,7 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
     )  # fmt: skip
     want = {q: (held_off if q == held_q else end) for q, end in ends(sent).items()}
     await _offsets_reach(c, group, want)
-    a.kill()  # kill -9 while it holds the lowest unacked offset of its queue
+    await a.kill()  # kill -9 while it holds the lowest unacked offset of its queue
     h.say(f"{c.name}: consumer a killed; b takes over")
     b = c.consumer("b", group)
     again = {
@@ -61,7 +61,7 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
     }
     await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
-    b.stop()
+    await b.stop()
     findings = group_findings(group, c.topic, [a, b])
     injected = {
         "fault": "consumer a killed (SIGKILL) while its listener held one message unacked",
@@ -96,7 +96,7 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
     await _offsets_reach(c, group, want)
     await asyncio.sleep(SETTLE_S)
     at_kill = await committed(c.namesrv, group, c.topic)
-    a.kill()
+    await a.kill()
     restart_from = max(0, at_kill.get(lossy_q, -1))
     h.say(f"{c.name}: consumer a killed; its queue {lossy_q} stands at {restart_from}")
     b = c.consumer("b", group)
@@ -107,7 +107,7 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
     }
     await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
-    b.stop()
+    await b.stop()
     findings = group_findings(group, c.topic, [a, b])
     lost_acks = [o for _, o in a.state.acks_lost]
     injected = {
