@@ -79,7 +79,10 @@ def phys_offset(offset_msg_id: str) -> int:
 class ConsumerProc:
     """A consumer process of the workload and its journal."""
 
-    def __init__(self, name: str, spec: ConsumerSpec, spec_path: Path, log_path: Path) -> None:
+    def __init__(
+        self, scenario: str, name: str, spec: ConsumerSpec, spec_path: Path, log_path: Path
+    ) -> None:
+        self.scenario = scenario
         self.name = name
         self.spec = spec
         spec.save(spec_path)
@@ -295,14 +298,14 @@ class Harness:
         base = self.work_dir / scenario
         base.mkdir(parents=True, exist_ok=True)
         full = ConsumerSpec(journal=str(base / f"{name}.jsonl"), **spec)
-        proc = ConsumerProc(name, full, base / f"{name}.spec.json", base / f"{name}.log")
+        proc = ConsumerProc(scenario, name, full, base / f"{name}.spec.json", base / f"{name}.log")
         self.procs.append(proc)
         return proc
 
-    def cleanup(self) -> None:
-        """Kill consumer processes still running (a scenario that failed half-way)."""
+    def cleanup(self, scenario: str | None = None) -> None:
+        """Kill consumer processes still running (of a scenario that failed half-way)."""
         for p in self.procs:
-            if p.alive():
+            if p.alive() and scenario in (None, p.scenario):
                 p.proc.kill()
                 p.proc.wait()
 

@@ -3,8 +3,8 @@
 Scenarios that need the cluster configured otherwise (replication and flush modes, the
 queue access lock) start their own cluster under DIR/scenarios/<name>/ and take it down
 at the end (its files stay); the others run on the cluster in DIR. Scenarios run in lanes
-(`lanes`), side by side. A scenario that fails ends its lane: truth.json then holds the
-scenarios that completed, and the failures.
+(`lanes`), side by side. A scenario that fails is recorded as failed and the run goes on:
+truth.json then holds the scenarios that completed, and the failures (the exit code is 1).
 """
 
 from __future__ import annotations
@@ -188,14 +188,14 @@ async def run(
         say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
 
     async def lane(lane_plans: list[P.ScenarioPlan]) -> None:
-        """Scenarios one after another; the first that fails ends the lane."""
+        """Scenarios one after another; one that fails is recorded, and the next starts."""
         for p in lane_plans:
             try:
                 await one(p)
             except (WorkloadError, OSError, TimeoutError) as e:
                 failures.append({"scenario": p.name, "error": str(e)})
                 say(f"{p.name} FAILED: {e}")
-                return
+                h.cleanup(p.name)  # its consumers, if still running
 
     try:
         await asyncio.gather(*(lane(ps) for ps in lanes(plans)))
