@@ -8,7 +8,6 @@ oldest and newest in-flight message, is not pulled until it drains.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from broker_runtime.client.config import ClientConfig
@@ -30,8 +29,6 @@ from broker_runtime.client.retry import ConsumeRetry, restore_retry_topic
 from broker_runtime.client.tag_filter import parse
 from broker_runtime.common.clock import Clock
 from broker_runtime.common.topics import retry_topic
-
-log = logging.getLogger(__name__)
 
 
 class PushConsumer(ConsumerBase):

@@ -309,3 +309,42 @@ def test_orderly_consumption_retries_in_place_and_holds_the_queue_lock(cluster: 
             assert len(copies) == 1  # past max reconsume times: dead-lettered, queue moved on
 
     asyncio.run(t())
+
+
+def test_a_queue_moves_between_orderly_consumers_in_order_and_once(cluster: Cluster) -> None:
+    ns, topic, group = cluster.namesrv_addr, "OrderlyMove", "g-orderly-move"
+
+    async def t() -> None:
+        await create(ns, topic, queues=4)
+        seen: list[tuple[str, str, int, int, float]] = []  # consumer, msg id, queue, offset, t
+
+        def slow(name: str) -> Any:
+            async def listener(msgs: list[ReceivedMessage], ctx: ConsumeContext) -> ConsumeStatus:
+                m = msgs[0]
+                seen.append((name, m.msg_id, m.queue_id, m.queue_offset, time.monotonic()))
+                await asyncio.sleep(0.02)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            return listener
+
+        c1 = OrderlyPushConsumer(config(ns), group, slow("c1"), consume_from=FIRST)
+        c1.subscribe(topic)
+        await c1.start()
+        async with Producer(ns, "orderly-move") as p:
+            sent = [await p.send_orderly(new_message(topic, f"x{i}".encode()), i % 4)
+                    for i in range(80)]  # fmt: skip
+        await until(lambda: len(seen) >= 20, 30, "c1 under way")
+        c2 = OrderlyPushConsumer(config(ns), group, slow("c2"), consume_from=FIRST)
+        c2.subscribe(topic)
+        await c2.start()
+        await until(lambda: len({s[1] for s in seen}) == 80, 60, "all 80 consumed")
+        await asyncio.sleep(0.5)
+        for c in (c1, c2):
+            await c.shutdown()
+        assert sorted(s[1] for s in seen) == sorted(r.msg_id for r in sent)  # each once
+        assert {s[0] for s in seen} == {"c1", "c2"}
+        for q in range(4):
+            offsets = [s[3] for s in sorted(seen, key=lambda s: s[4]) if s[2] == q]
+            assert offsets == list(range(20)), (q, offsets)  # in order, across the move
+
+    asyncio.run(t())
