@@ -175,6 +175,20 @@ class DeltaIO:
         filters = [(k, "=", v) for k, v in values.items()]
         self._commit(path, schema, partition_by, files, "overwrite", None, filters)
 
+    def overwrite(self, df: DataFrame, path: str, schema: StructType) -> int:
+        """Replace all of the table's rows with `df`'s in one commit (creating the table);
+        returns the rows written."""
+        df = df.select(*[f.name for f in schema.fields])
+        if self.backend == "native":
+            df.write.format("delta").mode("overwrite").save(path)
+            return _last_output_rows(self.spark, path)
+        stage, files = self._write_files(df, path, ())
+        mode = "overwrite" if table_exists(path) else "append"
+        n = self._commit(path, schema, (), files, mode, None)
+        if n == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        return n
+
     def merge_upsert(
         self,
         df: DataFrame,

@@ -138,7 +138,7 @@ class MessageStore:
                 "writes are refused until cleanup frees space"
             )
         limit = self.config.max_message_size
-        prepared = [codec.prepare(m, limit) for m in msgs]
+        prepared = codec.prepare_batch(msgs, limit)
         gc = self._group_commit
         if gc is None:
             return self.commit_log.put(prepared)
