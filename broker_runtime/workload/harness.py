@@ -72,10 +72,6 @@ class Sent:
         return self.status == "SEND_OK"
 
 
-def phys_offset(offset_msg_id: str) -> int:
-    return int(offset_msg_id[16:], 16)
-
-
 class ConsumerProc:
     """A consumer process of the workload and its journal."""
 

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_runtime.common.message import UNIQ_KEY
+from broker_runtime.common.message import UNIQ_KEY, decode_offset_msg_id
 from broker_runtime.store import inspect
 from broker_runtime.store import record_codec as codec
-from broker_runtime.workload.harness import Harness, WorkloadError, phys_offset
+from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.power_loss import checkpoint_flushed, cut_commitlog, last_fsync
 from broker_runtime.workload.scenarios.common import Ctx
 from broker_runtime.workload.truth import LOST_AFTER_ACK, finding
@@ -97,8 +97,9 @@ async def master_crash(c: Ctx, sync: bool) -> dict[str, Any]:
     after = await c.produce(range(k, m))
     log_end = int((await h.runtime(master.addr))["commitLogMaxOffset"])
     h.stop_node(c.root, MASTER, kill=True)
-    answered = [phys_offset(s.offset_msg_id) for s in after if s.offset_msg_id] if sync else []
-    cut = last_fsync(store, answered)
+    # Under SYNC_FLUSH a put is answered after its fsync; under ASYNC_FLUSH before it.
+    answered = [decode_offset_msg_id(s.offset_msg_id)[1] for s in after if s.offset_msg_id]
+    cut = last_fsync(store, answered if sync else [])
     cut_commitlog(store, cut)
     h.say(f"{c.name}: {m - k} more sent; master lost power: log {log_end} cut to {cut}")
     # Both at once: the slave connects once the master is back.
