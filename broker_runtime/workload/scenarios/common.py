@@ -3,6 +3,7 @@ deliveries from their journals, and the result it hands to the truth file."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,12 +112,16 @@ def consumed_by(procs: Iterable[ConsumerProc]) -> set[int]:
 
 
 def delivery_stats(procs: Sequence[ConsumerProc], findings: Sequence[Finding]) -> dict[str, Any]:
+    """Deliveries, the extra ones of delivered_twice messages, and messages CONSUMED more
+    than once (the work done twice: the audit's duplicate_effect)."""
     ds = deliveries(procs)
+    consumed = Counter(d.msg_id for d in ds if d.outcome == "CONSUMED")
     return {
         "deliveries": len(ds),
         "duplicate_deliveries": sum(
             f["count"] - 1 for f in findings if f["kind"] == "delivered_twice"
         ),
+        "duplicate_effects": sum(1 for n in consumed.values() if n > 1),
         "consumers": {p.name: len(p.state.deliveries) for p in procs},
     }
 
