@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 from broker_runtime.workload.plan import SCENARIOS
@@ -45,10 +46,16 @@ def cmd_workload(args: argparse.Namespace) -> int:
     from broker_runtime.workload import runner
 
     logging.basicConfig(level=logging.ERROR)  # the clients' warnings are expected here
-    summary, ok = aio.run(
-        runner.run(
-            args.data_dir, args.messages, args.scenario, args.truth, args.seed, args.ledger_url
+    from broker_runtime.workload.harness import WorkloadError
+
+    try:
+        summary, ok = aio.run(
+            runner.run(
+                args.data_dir, args.messages, args.scenario, args.truth, args.seed, args.ledger_url
+            )
         )
-    )
+    except WorkloadError as e:  # before any scenario ran: no cluster there, nodes down
+        print(f"mqaudit: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(summary), flush=True)
     return 0 if ok else 1

@@ -134,8 +134,7 @@ class Harness:
         self.run_id = run_id
         self.ledger_url = ledger_url
         self.say = say
-        self.work_dir = self.data_dir / "workload" / run_id
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir = self.data_dir / "workload" / run_id  # journals, specs, consumer logs
         self.procs: list[ConsumerProc] = []
 
     # -- clusters -------------------------------------------------------------------------------
@@ -146,6 +145,7 @@ class Harness:
         down = [n.name for n in layout.nodes if not supervisor.process_alive(n)]
         if down:
             raise WorkloadError(f"the cluster in {self.data_dir} has nodes down: {down}")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         return layout
 
     @staticmethod

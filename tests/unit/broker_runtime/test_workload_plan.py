@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from broker_runtime.workload import plan as P
+from tests.conftest import mqaudit_cmd
 
 
 def test_the_same_seed_plans_the_same_faults() -> None:
@@ -66,3 +70,19 @@ def test_bad_requests_say_what_is_wrong() -> None:
         P.plan_run(0, 100, "all")
     with pytest.raises(ValueError, match="unknown scenario"):
         P.resolve(" , ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--messages", "1000"], "has no cluster.json: start a cluster first"),
+        (["--messages", "100"], "each needs at least 24"),
+        (["--messages", "1000", "--scenario", "typo"], "unknown scenario typo"),
+        (["--messages", "0"], "--messages must be positive"),
+    ],
+)
+def test_the_cli_refuses_what_it_cannot_run(tmp_path: Path, args: list[str], message: str) -> None:
+    argv = ["workload", "--data-dir", str(tmp_path / "none"), "--truth", str(tmp_path / "t.json")]
+    out = subprocess.run(mqaudit_cmd(*argv, *args), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / "none").exists() and not (tmp_path / "t.json").exists()
