@@ -1,1 +1,1 @@
-"""One module per family of scenarios; `RUNNERS` maps a scenario name to its coroutine."""
+"""The scenarios, one module per family; runner.py maps each name to its coroutine."""
