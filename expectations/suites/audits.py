@@ -1,7 +1,7 @@
 """Suites for the audit tables: the rows are findings, the gates hold them to thresholds.
 
 Every audit table has `msg_id`, `group` (null where not per group), `kind`, `cause` and
-`count`; the columns named below beyond those are the contract with the audit jobs. Each
+`count`; kinds and the other columns read here are those of pipeline.audit_schemas. Each
 suite checks the findings are well formed (kind known, cause given, counts that make sense)
 and, through parameters, how many findings a run may have before its gate fails. Thresholds
 default to a healthy cluster; a DAG that wants the report regardless runs these gates with
@@ -18,12 +18,11 @@ from great_expectations.expectations.row_conditions import Column
 
 from expectations.derived import LAG_QUEUE, with_latest_snapshot
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
+from pipeline import audit_schemas as A
 
-DUPLICATE_KINDS = ["stored_twice", "delivered_twice", "duplicate_effect", "retried_then_ok"]
-DUPLICATE_EFFECT = "duplicate_effect"  # two CONSUMED outcomes: processed twice, not just seen
-LOSS_KINDS = ["lost_after_ack", "never_delivered", "expired_before_consumed"]
-LAG_STATUSES = ["OK", "WARN", "STALLED", "STOPPED"]
-CONSISTENCY_KINDS = ["cq_without_message", "offset_regression", "queue_offset_gap"]
+DUPLICATE_KINDS = [A.STORED_TWICE, A.DELIVERED_TWICE, A.DUPLICATE_EFFECT, A.RETRIED_THEN_OK]
+LOSS_KINDS = [A.LOST_AFTER_ACK, A.NEVER_DELIVERED, A.EXPIRED_BEFORE_CONSUMED]
+CONSISTENCY_KINDS = [A.CQ_WITHOUT_MESSAGE, A.OFFSET_REGRESSION, A.QUEUE_OFFSET_GAP]
 
 _FINDING_ID = ("kind", "cause", "group", "msg_id", "count")
 
@@ -54,7 +53,7 @@ def audit_duplicates_suite() -> gx.ExpectationSuite:
         "duplicate_kinds",
         2,
         *not_null(["msg_id"]),
-        _at_most("max_duplicate_effects", row_condition=Column("kind") == DUPLICATE_EFFECT),
+        _at_most("max_duplicate_effects", row_condition=Column("kind") == A.DUPLICATE_EFFECT),
     )
 
 
@@ -71,7 +70,7 @@ def audit_lag_suite() -> gx.ExpectationSuite:
         0,
         *not_null([*LAG_QUEUE, "snapshot_ts", "lag_messages"]),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=[*LAG_QUEUE, "snapshot_ts"]),
-        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=LAG_STATUSES),
+        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(A.LAG_STATUSES)),
         *at_least(0, ["lag_messages", "lag_ms"]),
         gxe.ExpectColumnValuesToBeBetween(
             column="lag_messages", max_value=param("max_lag_messages"), row_condition=latest
@@ -141,7 +140,7 @@ SPECS = [
         audit_duplicates_suite,
         {"duplicate_kinds": DUPLICATE_KINDS, "max_duplicate_effects": 0},
         _FINDING_ID,
-        doc={"max_duplicate_effects": f"at most this many `{DUPLICATE_EFFECT}` rows"},
+        doc={"max_duplicate_effects": f"at most this many `{A.DUPLICATE_EFFECT}` rows"},
     ),
     SuiteSpec(
         "audit_losses",
@@ -154,7 +153,7 @@ SPECS = [
         "audit_lag",
         audit_lag_suite,
         {
-            "lag_kinds": ["lag"],
+            "lag_kinds": [A.LAG],
             "max_lag_messages": 10_000,
             "max_lag_ms": 15 * 60_000,
             "failing_lag_statuses": ["STALLED", "STOPPED"],
@@ -171,7 +170,7 @@ SPECS = [
         "audit_dead_letters",
         audit_dead_letters_suite,
         {
-            "dead_letter_kinds": ["dead_lettered"],
+            "dead_letter_kinds": [A.DEAD_LETTERED],
             "max_dead_letters": 100,
             "max_dead_letter_age_ms": 7 * _DAY_MS,
         },
@@ -184,14 +183,14 @@ SPECS = [
     SuiteSpec(
         "resend_candidates",
         resend_candidates_suite,
-        {"resend_kinds": ["resend_due"], "max_resend_candidates": None},
+        {"resend_kinds": [A.RESEND_DUE], "max_resend_candidates": None},
         _FINDING_ID,
         doc={"max_resend_candidates": "at most this many candidates (None: no limit)"},
     ),
     SuiteSpec(
         "manual_handling",
         manual_handling_suite,
-        {"manual_kinds": ["max_send_count"], "max_manual_handling": 0},
+        {"manual_kinds": [A.MAX_SEND_COUNT], "max_manual_handling": 0},
         _FINDING_ID,
         doc={"max_manual_handling": "at most this many stubs waiting for a person"},
     ),

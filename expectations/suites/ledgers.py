@@ -1,7 +1,7 @@
 """Suites for the ledgers: `message_stub` (producer side) and `message_log` (consumer side).
 
-Value sets are the ledger schema's own enums (broker_runtime/ledger/schema.py); the send
-count bound is the resend job's max send count, a parameter because deployments set it.
+Value sets are the ledger schema's own enums; the send count bound is the resend job's max
+send count, a parameter because deployments set it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
+from broker_runtime.broker.retry_policy import DEFAULT_MAX_RECONSUME_TIMES
+from broker_runtime.ledger.schema import Outcome, StubStatus
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
     SuiteSpec,
@@ -20,20 +22,21 @@ from expectations.suites.common import (
     param,
 )
 from pipeline.schemas import MESSAGE_LOG_KEY, MESSAGE_STUB_KEY
+from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT
 
 MESSAGE_STUB = "message_stub"
 MESSAGE_LOG = "message_log"
 
-STUB_STATUSES = ["UNCONFIRMED", "CONFIRMED", "VOID"]
-LOG_OUTCOMES = ["CONSUMED", "RECONSUME_LATER", "FAILED"]  # NULL while in progress
+STUB_STATUSES = [s.value for s in StubStatus]
+LOG_OUTCOMES = [o.value for o in Outcome]  # NULL while in progress
 
 STUB_DEFAULTS = {
     # The resend job's max send count (seed 002 6.5.3): a stub never goes past it.
-    "max_send_count": 16,
+    "max_send_count": DEFAULT_MAX_SEND_COUNT,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 LOG_DEFAULTS = {
-    "max_reconsume_times": 16,
+    "max_reconsume_times": DEFAULT_MAX_RECONSUME_TIMES,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 
@@ -59,6 +62,13 @@ def message_stub_suite() -> gx.ExpectationSuite:
                 column="send_count", min_value=0, max_value=param("max_send_count")
             ),
             *at_least(0, ["queue_id", "queue_offset"]),
+            # Confirming a stub writes where the broker stored it, in the same update.
+            *[
+                gxe.ExpectColumnValuesToNotBeNull(
+                    column=c, row_condition=Column("status") == StubStatus.CONFIRMED.value
+                )
+                for c in ("broker", "queue_id", "queue_offset")
+            ],
             gxe.ExpectColumnValuesToBeBetween(
                 column="created_at", min_value=param("min_timestamp_ms")
             ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
+from broker_runtime.broker.retry_policy import DEFAULT_MAX_RECONSUME_TIMES
 from expectations.derived import with_message_checks
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
@@ -28,8 +29,8 @@ DEFAULTS = {
     "clock_skew_ms": 1_000,
     # Share of rows whose BODYCRC matches the body; 1.0 = any corrupt body fails the gate.
     "min_crc_ok_ratio": 1.0,
-    # RocketMQ's default maxReconsumeTimes: retries and DLQ copies never count higher.
-    "max_reconsume_times": 16,
+    # maxReconsumeTimes (RocketMQ's default 16): retries and DLQ copies never count higher.
+    "max_reconsume_times": DEFAULT_MAX_RECONSUME_TIMES,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 

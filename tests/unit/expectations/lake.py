@@ -10,9 +10,9 @@ import hashlib
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
 
-from pipeline.schemas import TABLES, struct_of
+from pipeline.audit_schemas import AUDIT_TABLES
+from pipeline.schemas import TABLES
 from tests.unit.expectations.conftest import frame
 
 T0 = 1_700_000_000_000
@@ -20,24 +20,6 @@ MINUTE = 60_000
 DAY = 86_400_000
 
 Rows = list[dict[str, Any]]
-
-_FINDING = "msg_id:str, group:str, kind:str, cause:str, count:long"
-# The audit tables' columns these suites rely on (the contract with the audit jobs).
-AUDIT_SCHEMAS: dict[str, StructType] = {
-    "audit_duplicates": struct_of(f"{_FINDING}, topic:str, broker:str, first_ts:long"),
-    "audit_losses": struct_of(f"{_FINDING}, topic:str, broker:str"),
-    "audit_lag": struct_of(
-        f"{_FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, snapshot_ts:long,"
-        " lag_messages:long, lag_ms:long, status:str"
-    ),
-    "audit_dead_letters": struct_of(
-        f"{_FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long,"
-        " original_topic:str, age_ms:long, replayed:bool"
-    ),
-    "resend_candidates": struct_of(f"{_FINDING}, send_count:int"),
-    "manual_handling": struct_of(f"{_FINDING}, send_count:int"),
-    "consistency": struct_of(f"{_FINDING}, topic:str, broker:str, queue_id:int"),
-}
 
 
 def msg(phys: int, queue_id: int, queue_offset: int | None, **over: Any) -> dict[str, Any]:
@@ -144,6 +126,7 @@ def bad_stubs() -> Rows:
         stub("M5", body_hash="not-a-sha256"),
         stub("M6", updated_at=T0 - 1),
         stub("M7", send_count=17),
+        stub("M8", queue_offset=None),  # confirmed, yet nobody knows where it was stored
     ]
 
 
@@ -245,7 +228,7 @@ def lake(spark: SparkSession, bad: bool) -> dict[str, DataFrame]:
     }
     tables = {t: frame(spark, TABLES[t], rows) for t, rows in ingested.items()}
     audits = bad_audits() if bad else good_audits()
-    tables |= {t: frame(spark, AUDIT_SCHEMAS[t], rows) for t, rows in audits.items()}
+    tables |= {t: frame(spark, AUDIT_TABLES[t], rows) for t, rows in audits.items()}
     tables["ingest_checkpoint"] = frame(spark, TABLES["ingest_checkpoint"], [])
     return tables
 
@@ -287,6 +270,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_REGEX, ("body_hash",)),
         (_PAIR, ("updated_at", "created_at")),
         (_BETWEEN, ("send_count",)),
+        (_NOT_NULL, ("queue_offset",)),
     },
     "message_log": {
         (_UNIQUE, ("id",)),
