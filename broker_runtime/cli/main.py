@@ -19,6 +19,7 @@ from broker_runtime.cli import (
     node_cmd,
     produce_cmd,
     store_cmd,
+    workload_cmd,
 )
 from broker_runtime.common.topics import InvalidNameError
 from broker_runtime.store.record_codec import MessageRejected
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce_cmd.add_parser(sub)
     consume_cmd.add_parser(sub)
     admin_cmd.add_parser(sub)
+    workload_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="mqaudit.commands"), key=lambda e: e.name):
         ep.load()(sub)
     return parser

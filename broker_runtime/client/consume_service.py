@@ -40,6 +40,9 @@ Listener = Callable[
     [list[ReceivedMessage], ConsumeContext],
     ConsumeStatus | Awaitable[ConsumeStatus | None] | None,
 ]
+# Hooks run right before and after the listener, where it runs: on a listener thread for a
+# plain function, on the event loop for an async one, where an awaitable they return is
+# awaited (so a hook can finish its I/O before the batch is acknowledged).
 ReceivedHook = Callable[[MessageQueue, list[ReceivedMessage]], object]
 OutcomeHook = Callable[[MessageQueue, list[ReceivedMessage], ConsumeStatus], object]
 SendBack = Callable[[ReceivedMessage, int], Awaitable[bool]]
@@ -123,7 +126,7 @@ class ConsumeService:
 
     async def _run_async(self, msgs: list[ReceivedMessage], ctx: ConsumeContext) -> ConsumeStatus:
         for hook in self.on_received:
-            hook(ctx.mq, msgs)
+            await _settle(hook(ctx.mq, msgs))
         try:
             raw = await self.listener(msgs, ctx)  # type: ignore[misc]
             status = ConsumeStatus(raw) if raw is not None else ConsumeStatus.RECONSUME_LATER
@@ -131,7 +134,7 @@ class ConsumeService:
             log.exception("listener failed on %s; the batch will be consumed again", ctx.mq)
             status = ConsumeStatus.RECONSUME_LATER
         for out in self.on_outcome:
-            out(ctx.mq, msgs, status)
+            await _settle(out(ctx.mq, msgs, status))
         return status
 
     async def _process_result(
@@ -165,3 +168,8 @@ class ConsumeService:
             self.offsets.update(mq, offset, increase_only=True)
         if retry_here:
             self.submit(mq, pq, retry_here, self.retry_delay_s)
+
+
+async def _settle(value: object) -> None:
+    if inspect.isawaitable(value):
+        await value

@@ -8,7 +8,6 @@ oldest and newest in-flight message, is not pulled until it drains.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from broker_runtime.client.config import ClientConfig
@@ -26,12 +25,10 @@ from broker_runtime.client.model import (
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.rebalance import Allocate, MessageQueue, allocate_averagely
+from broker_runtime.client.retry import ConsumeRetry, restore_retry_topic
 from broker_runtime.client.tag_filter import parse
 from broker_runtime.common.clock import Clock
 from broker_runtime.common.topics import retry_topic
-from broker_runtime.remoting.headers import ConsumerSendMsgBackRequestHeader
-
-log = logging.getLogger(__name__)
 
 
 class PushConsumer(ConsumerBase):
@@ -80,10 +77,12 @@ class PushConsumer(ConsumerBase):
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_bytes = pull_threshold_size_mib << 20
         self.max_span = max_span
-        self.max_reconsume_times = max_reconsume_times
         self.on_received: list[ReceivedHook] = []
         self.on_outcome: list[OutcomeHook] = []
         self.service: ConsumeService | None = None
+        self.retry = ConsumeRetry(
+            self.instance, self.config, self.group, max_reconsume_times, self.rebalance_now
+        )
 
     @property
     def consumed(self) -> int:
@@ -95,11 +94,13 @@ class PushConsumer(ConsumerBase):
             # Messages sent back after a failure come back on the group's retry topic.
             topic = retry_topic(self.group)
             self.subscriptions.setdefault(topic, parse(topic, "*"))
+            if self._restore_retry_topic not in self.on_received:
+                self.on_received.insert(0, self._restore_retry_topic)
         self.service = ConsumeService(
             self.listener,
             self.model,
             self.offset_store,
-            self._send_back,
+            self.retry.send_back,
             self.threads,
             self.batch_max,
             now_ms=self.clock.now_ms,
@@ -112,6 +113,7 @@ class PushConsumer(ConsumerBase):
         await super()._stop_consuming(grace_s)
         if self.service is not None:
             await self.service.shutdown(grace_s)
+        await self.retry.close()
 
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
         return (
@@ -124,20 +126,5 @@ class PushConsumer(ConsumerBase):
         assert self.service is not None
         self.service.submit(mq, pq, msgs)
 
-    async def _send_back(self, msg: ReceivedMessage, delay_level: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK; False (retry locally) when the broker cannot take it."""
-        header = ConsumerSendMsgBackRequestHeader(
-            offset=msg.msg.phys_offset,
-            group=self.group,
-            delay_level=delay_level,
-            origin_msg_id=msg.msg_id,
-            origin_topic=msg.topic,
-            max_reconsume_times=self.max_reconsume_times,
-        )
-        api = self.instance.api
-        try:
-            await self.instance.on_node(msg.broker, lambda addr: api.send_back(addr, header))
-        except Exception as e:
-            log.warning("%s: send-back of %s failed: %s", self.client_id, msg.msg_id, e)
-            return False
-        return True
+    def _restore_retry_topic(self, mq: MessageQueue, msgs: list[ReceivedMessage]) -> None:
+        restore_retry_topic(self.group, msgs)

@@ -1,0 +1,215 @@
+"""Run the planned scenarios one after another and write truth.json.
+
+Scenarios that need the cluster configured otherwise (replication and flush modes, the
+queue access lock) start their own cluster under DIR/scenarios/<name>/ and take it down
+at the end (its files stay); the others run on the cluster in DIR. Scenarios run in lanes
+(`lanes`), side by side. A scenario that fails is recorded as failed and the run goes on:
+truth.json then holds the scenarios that completed, and the failures (the exit code is 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.workload import plan as P
+from broker_runtime.workload.harness import Harness, WorkloadError
+from broker_runtime.workload.scenarios.common import Ctx
+from broker_runtime.workload.scenarios.failures import consumer_failures, producer_resend
+from broker_runtime.workload.scenarios.master_crash import SETTINGS as CRASH_SETTINGS
+from broker_runtime.workload.scenarios.master_crash import master_crash_async, master_crash_sync
+from broker_runtime.workload.scenarios.rebalance import (
+    namesrv_split,
+    rebalance_lock_off,
+    rebalance_lock_on,
+)
+from broker_runtime.workload.scenarios.redelivery import ack_lost, consumer_crash_unacked
+from broker_runtime.workload.truth import summary, validate
+
+Runner = Callable[[Ctx], Awaitable[dict[str, Any]]]
+
+ON_MAIN_CLUSTER: dict[str, Runner] = {
+    P.CONSUMER_CRASH: consumer_crash_unacked,
+    P.ACK_LOST: ack_lost,
+    P.PRODUCER_RESEND: producer_resend,
+    P.NAMESRV_SPLIT: namesrv_split,
+    P.CONSUMER_FAILURES: consumer_failures,
+}
+
+
+@dataclass(frozen=True)
+class OwnCluster:
+    """A scenario on a cluster of its own: `mqaudit cluster up` arguments and settings."""
+
+    runner: Runner
+    lane: str  # scenarios of one lane run one after another
+    args: tuple[str, ...]
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+_SMALL = ("--name-servers", "1", "--groups", "broker-a", "--segment-size", str(64 << 20))
+ON_OWN_CLUSTER: dict[str, OwnCluster] = {
+    P.REBALANCE_LOCK_OFF: OwnCluster(
+        rebalance_lock_off, "rebalance", (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
+    ),
+    P.REBALANCE_LOCK_ON: OwnCluster(
+        rebalance_lock_on,
+        "rebalance",
+        (*_SMALL, "--no-slaves"),
+        {"queue_access_lock": "true", "queue_lock_hold_timeout_ms": "10000"},
+    ),
+    P.MASTER_CRASH_ASYNC: OwnCluster(
+        master_crash_async,
+        "master_crash_async",
+        (*_SMALL, "--flush", "async", "--replication", "async"),
+        CRASH_SETTINGS,
+    ),
+    P.MASTER_CRASH_SYNC: OwnCluster(
+        master_crash_sync,
+        "master_crash_sync",
+        (*_SMALL, "--flush", "sync", "--replication", "sync"),
+        CRASH_SETTINGS,
+    ),
+}
+
+
+def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
+    """Scenarios that run one after another: the main cluster's; the two rebalances (run
+    alike, to be compared); each master crash. The lanes run side by side."""
+    out: dict[str, list[P.ScenarioPlan]] = {}
+    for p in plans:
+        own = ON_OWN_CLUSTER.get(p.name)
+        key = own.lane if own is not None else "main"
+        out.setdefault(key, []).append(p)
+    return list(out.values())
+
+
+class ClusterStarter:
+    """Starts the scenarios' own clusters on background threads while the scenarios before
+    them run (each lane's first cluster first), and takes them down the same way."""
+
+    def __init__(self, h: Harness, plans: list[P.ScenarioPlan]) -> None:
+        self.h = h
+        self.pool = ThreadPoolExecutor(2, "clusters")
+        self.started: dict[str, concurrent.futures.Future[ClusterLayout]] = {}
+        order = sorted(
+            ((i, p.name) for ps in lanes(plans) for i, p in enumerate(ps)),
+            key=lambda t: t[0],
+        )
+        for _, n in order:
+            own = ON_OWN_CLUSTER.get(n)
+            if own is not None:
+                self.started[n] = self.pool.submit(h.cluster_up, n, own.settings, *own.args)
+        self._down: set[str] = set()
+
+    async def layout(self, name: str) -> ClusterLayout:
+        return await asyncio.wrap_future(self.started[name])
+
+    def down(self, name: str) -> None:
+        f = self.started[name]
+        if name in self._down or not f.done() or f.exception() is not None:
+            return
+        self._down.add(name)
+        self.pool.submit(self.h.cluster_down, Path(f.result().data_dir))
+
+    def close(self) -> None:
+        """Take down what is still up (a run that stopped early), wait for every stop."""
+        for f in self.started.values():
+            f.cancel()  # not started yet: never will be
+        for name, f in self.started.items():
+            if not f.cancelled():
+                concurrent.futures.wait([f])
+                self.down(name)
+        self.pool.shutdown(wait=True)
+
+
+_T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(f"[workload {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def write_truth(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+
+
+async def run(
+    data_dir: Path,
+    messages: int,
+    scenario: str,
+    truth_path: Path,
+    seed: int,
+    ledger_url: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Returns the summary and whether every scenario completed."""
+    plans = P.plan_run(seed, messages, scenario)
+    run_id = f"s{seed}-{time.strftime('%m%d%H%M%S')}"
+    h = Harness(data_dir, run_id, ledger_url, say)
+    layout = h.main_layout()
+    doc: dict[str, Any] = {
+        "seed": seed,
+        "messages": messages,
+        "run_id": run_id,
+        "data_dir": str(h.data_dir),
+        "started_at": time.time_ns() // 1_000_000,
+        "scenarios": {},
+    }
+    say(f"run {run_id}: {len(plans)} scenario(s), {messages} messages, seed {seed}")
+    entries: dict[str, dict[str, Any]] = {}
+    failures: list[dict[str, str]] = []
+    starter = ClusterStarter(h, plans)
+
+    async def one(p: P.ScenarioPlan) -> None:
+        started = time.monotonic()
+        say(f"{p.name}: {p.messages} messages, {json.dumps(p.params)[:160]}")
+        if p.name in ON_OWN_CLUSTER:
+            own = await starter.layout(p.name)
+            ctx = Ctx(h, p, Path(own.data_dir), own.namesrv_addr)
+            entries[p.name] = await ON_OWN_CLUSTER[p.name].runner(ctx)
+            starter.down(p.name)
+        else:
+            ctx = Ctx(h, p, h.data_dir, layout.namesrv_addr)
+            entries[p.name] = await ON_MAIN_CLUSTER[p.name](ctx)
+        found = {k: v for k, v in entries[p.name]["expected"].items() if v}
+        say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
+
+    async def lane(lane_plans: list[P.ScenarioPlan]) -> None:
+        """Scenarios one after another; one that fails is recorded, and the next starts."""
+        for p in lane_plans:
+            try:
+                await one(p)
+            except (WorkloadError, OSError, TimeoutError) as e:
+                failures.append({"scenario": p.name, "error": str(e)})
+                say(f"{p.name} FAILED: {e}")
+                h.cleanup(p.name)  # its consumers, if still running
+
+    try:
+        await asyncio.gather(*(lane(ps) for ps in lanes(plans)))
+    finally:
+        h.cleanup()
+        starter.close()
+        doc["scenarios"] = {p.name: entries[p.name] for p in plans if p.name in entries}
+        if failures:
+            doc["failed"] = failures
+        doc["finished_at"] = time.time_ns() // 1_000_000
+        validate(doc)
+        write_truth(truth_path, doc)
+    say(f"truth written to {truth_path}")
+    out = summary(doc)
+    if failures:
+        out["failed"] = failures
+    return out, not failures

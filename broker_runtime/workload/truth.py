@@ -1,0 +1,198 @@
+"""truth.json: what the workload did, in the audit's terms. Pure: facts in, findings out.
+
+Shape: `{"seed", "messages", "run_id", "data_dir", "started_at", "finished_at",
+"scenarios": {NAME: {"description", "data_dir", "topic", "groups", "messages",
+"injected": {...}, "findings": [{"kind", "msg_id", "group", "count", "cause"?, "topic"}],
+"expected": {kind: number of findings}, "stats": {...}}}}`.
+
+Kinds and counts: `stored_twice` (group null; count = copies stored), `delivered_twice` and
+`retried_then_ok` (count = deliveries to the group), `dead_lettered` (count = failed
+consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1).
+
+A group's deliveries of one message are explained one by one from the delivery before
+(the audit's own definitions, applied to what the consumers journaled): after a failure,
+`retry_after_failure`; from another stored copy, `producer_resend`; from another client
+that was taking messages from the same queue at overlapping times, `rebalance_overlap`;
+after one that never finished, `redelivery_after_restart`; after one that was CONSUMED,
+`offset_not_committed`. Any cause but the first makes the message `delivered_twice` (with
+the first such cause); only retries, ending CONSUMED, make it `retried_then_ok`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from broker_runtime.common.topics import is_retry_topic
+from broker_runtime.workload.journal import Delivery
+
+STORED_TWICE = "stored_twice"
+DELIVERED_TWICE = "delivered_twice"
+RETRIED_THEN_OK = "retried_then_ok"
+DEAD_LETTERED = "dead_lettered"
+LOST_AFTER_ACK = "lost_after_ack"
+KINDS = (STORED_TWICE, DELIVERED_TWICE, RETRIED_THEN_OK, DEAD_LETTERED, LOST_AFTER_ACK)
+
+RETRY_AFTER_FAILURE = "retry_after_failure"
+PRODUCER_RESEND = "producer_resend"
+REBALANCE_OVERLAP = "rebalance_overlap"
+REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
+OFFSET_NOT_COMMITTED = "offset_not_committed"
+FAILURES = ("RECONSUME_LATER", "FAILED")
+
+Finding = dict[str, Any]
+Window = tuple[int, int]
+
+
+def finding(
+    kind: str, msg_id: str, group: str | None, count: int, topic: str, cause: str | None = None
+) -> Finding:
+    out: Finding = {"kind": kind, "msg_id": msg_id, "group": group, "count": count}
+    if cause is not None:
+        out["cause"] = cause
+    out["topic"] = topic
+    return out
+
+
+def activity(deliveries: Iterable[Delivery]) -> dict[tuple[str, str, str, int], Window]:
+    """(client, topic, broker, queue) -> [first receipt, last finish] of that client there."""
+    out: dict[tuple[str, str, str, int], Window] = {}
+    for d in deliveries:
+        key = (d.client, d.topic, d.broker, d.queue_id)
+        end = d.finished_at if d.finished_at is not None else d.received_at
+        lo, hi = out.get(key, (d.received_at, end))
+        out[key] = (min(lo, d.received_at), max(hi, end))
+    return out
+
+
+def cause_of(
+    prev: Delivery, this: Delivery, windows: Mapping[tuple[str, str, str, int], Window]
+) -> str:
+    """Why `this` delivery followed `prev` (same group, same message)."""
+    if prev.outcome in FAILURES:
+        return RETRY_AFTER_FAILURE
+    if (
+        not is_retry_topic(this.topic)
+        and not is_retry_topic(prev.topic)
+        and this.position != prev.position
+    ):
+        return PRODUCER_RESEND
+    if prev.client != this.client:
+        mine = windows.get((this.client, this.topic, this.broker, this.queue_id))
+        theirs = windows.get((prev.client, this.topic, this.broker, this.queue_id))
+        if mine and theirs and theirs[0] <= mine[1] and mine[0] <= theirs[1]:
+            return REBALANCE_OVERLAP
+    if prev.outcome is None:
+        return REDELIVERY_AFTER_RESTART
+    return OFFSET_NOT_COMMITTED
+
+
+def delivery_findings(group: str, topic: str, deliveries: Sequence[Delivery]) -> list[Finding]:
+    """delivered_twice / retried_then_ok findings of one group's deliveries."""
+    windows = activity(deliveries)
+    by_msg: dict[str, list[Delivery]] = {}
+    for d in sorted(deliveries, key=lambda d: d.received_at):
+        by_msg.setdefault(d.msg_id, []).append(d)
+    out = []
+    for msg_id, seq in sorted(by_msg.items()):
+        if len(seq) < 2:
+            continue
+        causes = [cause_of(a, b, windows) for a, b in itertools.pairwise(seq)]
+        other = [c for c in causes if c != RETRY_AFTER_FAILURE]
+        if other:
+            out.append(finding(DELIVERED_TWICE, msg_id, group, len(seq), topic, other[0]))
+        elif seq[-1].outcome == "CONSUMED":
+            out.append(
+                finding(RETRIED_THEN_OK, msg_id, group, len(seq), topic, RETRY_AFTER_FAILURE)
+            )
+    return out
+
+
+def stored_twice_findings(
+    copies: Mapping[str, Iterable[tuple[str, str, int, int]]], topic: str
+) -> list[Finding]:
+    """UNIQ_KEYs stored at two or more positions of `topic`."""
+    out = []
+    for msg_id, positions in sorted(copies.items()):
+        n = len({p for p in positions if p[0] == topic})
+        if n >= 2:
+            out.append(finding(STORED_TWICE, msg_id, None, n, topic, PRODUCER_RESEND))
+    return out
+
+
+def expected(findings: Iterable[Finding]) -> dict[str, int]:
+    counts = dict.fromkeys(KINDS, 0)
+    for f in findings:
+        counts[f["kind"]] += 1
+    return counts
+
+
+def scenario_entry(
+    *,
+    description: str,
+    data_dir: str,
+    topic: str,
+    groups: Sequence[str],
+    messages: int,
+    injected: Mapping[str, Any],
+    findings: Sequence[Finding],
+    stats: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "description": description,
+        "data_dir": data_dir,
+        "topic": topic,
+        "groups": list(groups),
+        "messages": messages,
+        "injected": dict(injected),
+        "findings": sorted(findings, key=lambda f: (f["kind"], f["msg_id"], f["group"] or "")),
+        "expected": expected(findings),
+        "stats": dict(stats),
+    }
+
+
+def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The final line: finding counts per scenario and kind, and the rebalance comparison."""
+    scenarios = doc["scenarios"]
+    out: dict[str, Any] = {
+        "run_id": doc["run_id"],
+        "seed": doc["seed"],
+        "messages": doc["messages"],
+        "seconds": round((doc["finished_at"] - doc["started_at"]) / 1000, 1),
+        "scenarios": {
+            n: {k: v for k, v in s["expected"].items() if v} for n, s in scenarios.items()
+        },
+    }
+    dups = {
+        name.removeprefix("rebalance_"): scenarios[name]["stats"].get("duplicate_deliveries")
+        for name in ("rebalance_lock_off", "rebalance_lock_on")
+        if name in scenarios
+    }
+    if dups:
+        out["rebalance_duplicate_deliveries"] = dups
+    return out
+
+
+def validate(doc: Any) -> None:
+    """Raise ValueError saying what is wrong with a truth document's shape."""
+    if not isinstance(doc, dict):
+        raise ValueError("truth must be a JSON object")
+    for key, kind in (("seed", int), ("messages", int), ("scenarios", dict)):
+        if not isinstance(doc.get(key), kind):
+            raise ValueError(f"truth needs {key!r} ({kind.__name__})")
+    for name, s in doc["scenarios"].items():
+        for key in ("description", "data_dir", "findings", "expected"):
+            if key not in s:
+                raise ValueError(f"scenario {name} has no {key!r}")
+        for f in s["findings"]:
+            if f.get("kind") not in KINDS:
+                raise ValueError(f"scenario {name}: unknown kind {f.get('kind')!r}")
+            if not isinstance(f.get("msg_id"), str) or not f["msg_id"]:
+                raise ValueError(f"scenario {name}: a finding without msg_id")
+            if not isinstance(f.get("count"), int) or f["count"] < 1:
+                raise ValueError(f"scenario {name}: finding {f['msg_id']} has a bad count")
+            if (f["kind"] == STORED_TWICE or f["kind"] == LOST_AFTER_ACK) != (f["group"] is None):
+                raise ValueError(f"scenario {name}: {f['kind']} {f['msg_id']}: group mismatch")
+        if s["expected"] != expected(s["findings"]):
+            raise ValueError(f"scenario {name}: expected counts do not match its findings")

@@ -1,0 +1,183 @@
+"""truth.json from journaled facts: delivery causes, kinds and counts, the file's shape, and
+the journal read back incrementally."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_runtime.workload import truth as T
+from broker_runtime.workload.consumer_proc import message_index
+from broker_runtime.workload.journal import Delivery, JournalReader, JournalWriter
+
+TOPIC = "T"
+
+
+def d(
+    msg: str,
+    client: str,
+    at: int,
+    outcome: str | None = "CONSUMED",
+    *,
+    topic: str = TOPIC,
+    queue: int = 0,
+    offset: int = 0,
+    broker: str = "broker-a",
+    done: int | None = None,
+) -> Delivery:
+    finished = None if outcome is None else (done if done is not None else at + 1)
+    return Delivery(0, msg, client, topic, broker, queue, offset, 0, at, outcome, finished)
+
+
+def kinds(findings: list[T.Finding]) -> dict[str, tuple[str, int, str | None]]:
+    return {f["msg_id"]: (f["kind"], f["count"], f.get("cause")) for f in findings}
+
+
+def test_one_delivery_each_is_no_finding() -> None:
+    assert T.delivery_findings("g", TOPIC, [d("m1", "c1", 1), d("m2", "c1", 2)]) == []
+
+
+def test_failures_then_success_is_retried_then_ok() -> None:
+    ds = [
+        d("m", "c1", 10, "RECONSUME_LATER", offset=5),
+        d("m", "c1", 20, "FAILED", topic="%RETRY%g", offset=0),
+        d("m", "c1", 30, "CONSUMED", topic="%RETRY%g", offset=1),
+    ]
+    assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
+        "m": (T.RETRIED_THEN_OK, 3, T.RETRY_AFTER_FAILURE)
+    }
+
+
+def test_failures_only_make_no_delivery_finding() -> None:
+    ds = [d("m", "c1", t, "RECONSUME_LATER") for t in (1, 2, 3, 4)]  # dead-lettered
+    assert T.delivery_findings("g", TOPIC, ds) == []
+
+
+def test_a_restart_after_an_unfinished_delivery() -> None:
+    ds = [d("held", "a", 10, None, offset=3), d("held", "b", 50, offset=3)]
+    assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
+        "held": (T.DELIVERED_TWICE, 2, T.REDELIVERY_AFTER_RESTART)
+    }
+
+
+def test_consumed_again_because_the_offset_was_not_committed() -> None:
+    ds = [d("m", "a", 10, offset=4), d("unrelated", "a", 12), d("m", "b", 50, offset=4)]
+    assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
+        "m": (T.DELIVERED_TWICE, 2, T.OFFSET_NOT_COMMITTED)
+    }
+
+
+def test_two_clients_on_one_queue_at_once_is_a_rebalance_overlap() -> None:
+    ds = [d("m", "a", 10, offset=4, done=40), d("m", "b", 20, offset=4, done=25)]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.REBALANCE_OVERLAP
+
+
+def test_another_stored_copy_is_a_producer_resend() -> None:
+    ds = [d("m", "a", 10, offset=4), d("m", "a", 11, broker="broker-b", offset=9)]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
+        T.DELIVERED_TWICE, 2, T.PRODUCER_RESEND,
+    )  # fmt: skip
+
+
+def test_a_retry_then_a_duplicate_is_delivered_twice_with_the_duplicate_cause() -> None:
+    ds = [
+        d("m", "a", 10, "RECONSUME_LATER"),
+        d("m", "a", 20, None, topic="%RETRY%g"),
+        d("m", "b", 90, topic="%RETRY%g"),
+    ]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
+        T.DELIVERED_TWICE, 3, T.REDELIVERY_AFTER_RESTART,
+    )  # fmt: skip
+
+
+def test_stored_twice_counts_distinct_positions_of_the_topic() -> None:
+    copies = {
+        "once": [(TOPIC, "broker-a", 0, 1), (TOPIC, "broker-a", 0, 1)],  # seen twice, one copy
+        "twice": [(TOPIC, "broker-a", 0, 2), (TOPIC, "broker-b", 3, 0)],
+        "retried": [(TOPIC, "broker-a", 1, 0), ("%RETRY%g", "broker-a", 0, 0)],
+    }
+    assert kinds(T.stored_twice_findings(copies, TOPIC)) == {
+        "twice": (T.STORED_TWICE, 2, T.PRODUCER_RESEND)
+    }
+
+
+def _doc() -> dict[str, Any]:
+    findings = [
+        T.finding(T.DELIVERED_TWICE, "m1", "g", 2, TOPIC, T.OFFSET_NOT_COMMITTED),
+        T.finding(T.STORED_TWICE, "m2", None, 2, TOPIC, T.PRODUCER_RESEND),
+        T.finding(T.LOST_AFTER_ACK, "m3", None, 1, TOPIC),
+    ]
+    entry = T.scenario_entry(
+        description="x", data_dir="/d", topic=TOPIC, groups=["g"], messages=10,
+        injected={}, findings=findings, stats={"duplicate_deliveries": 1},
+    )  # fmt: skip
+    return {
+        "seed": 1, "messages": 10, "run_id": "r", "data_dir": "/d", "started_at": 1000,
+        "finished_at": 3500, "scenarios": {"rebalance_lock_off": entry},
+    }  # fmt: skip
+
+
+def test_a_truth_document_validates_and_summarises() -> None:
+    doc = _doc()
+    T.validate(json.loads(json.dumps(doc)))
+    entry = doc["scenarios"]["rebalance_lock_off"]
+    assert entry["expected"] == {
+        "stored_twice": 1, "delivered_twice": 1, "retried_then_ok": 0, "dead_lettered": 0,
+        "lost_after_ack": 1,
+    }  # fmt: skip
+    assert [f["kind"] for f in entry["findings"]] == ["delivered_twice", "lost_after_ack",
+                                                      "stored_twice"]  # fmt: skip
+    assert T.summary(doc) == {
+        "run_id": "r", "seed": 1, "messages": 10, "seconds": 2.5,
+        "scenarios": {"rebalance_lock_off": {"stored_twice": 1, "delivered_twice": 1,
+                                             "lost_after_ack": 1}},
+        "rebalance_duplicate_deliveries": {"lock_off": 1},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (lambda s: s["findings"][0].update(kind="lost"), "unknown kind"),
+        (lambda s: s["findings"][0].update(count=0), "bad count"),
+        (lambda s: s["findings"][1].update(group="g"), "group mismatch"),
+        (lambda s: s["findings"].pop(), "expected counts"),
+        (lambda s: s.pop("data_dir"), "no 'data_dir'"),
+    ],
+)
+def test_a_broken_truth_document_is_refused(break_it: Any, message: str) -> None:
+    doc = copy.deepcopy(_doc())
+    break_it(doc["scenarios"]["rebalance_lock_off"])
+    with pytest.raises(ValueError, match=message):
+        T.validate(doc)
+
+
+def test_the_journal_is_read_as_it_grows_partial_lines_wait(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    w = JournalWriter(path)
+    r = JournalReader(path)
+    w.write("start", client="c1")
+    w.write("recv", d=0, i=7, id="M7", t=TOPIC, b="broker-a", q=1, o=3, r=0)
+    st = r.poll()
+    assert st.client == "c1" and len(st.deliveries) == 1 and st.deliveries[0].outcome is None
+    with open(path, "ab") as f:
+        f.write(b'{"e": "done", "ts": 5, "d": 0, "out": "CONS')  # half a line so far
+    assert r.poll().deliveries[0].outcome is None
+    with open(path, "ab") as f:
+        f.write(b'UMED"}\n')
+    w.write("owns", q=[[TOPIC, "broker-a", 1]])
+    w.write("ack_lost", q=[TOPIC, "broker-a", 1], o=9)
+    st = r.poll()
+    assert st.deliveries[0].outcome == "CONSUMED" and st.consumed() == {7}
+    assert st.owns == {(TOPIC, "broker-a", 1)}
+    assert st.acks_lost == [((TOPIC, "broker-a", 1), 9)]
+    w.close()
+
+
+def test_message_index_is_read_from_the_body() -> None:
+    assert message_index(b"run:scenario:41:....") == 41
+    assert message_index(b"not a workload body") == -1
