@@ -1,0 +1,120 @@
+"""Per-broker ingest checkpoints (the `ingest_checkpoint` Delta table) and run plans.
+
+A run that has new log data first appends `planned` rows (its number and, per broker and
+source, the offsets [start, plan_end) it will read), then writes the data tables, each
+append carrying a Delta txn (`mqaudit-ingest`, run) so that it happens once, then appends
+`done` rows with where the next run starts. A run found `planned` but not `done` (the job
+died) is resumed with exactly its recorded ranges, so nothing is appended twice or skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker_runtime.store.checkpoint import Checkpoint
+from pipeline.readers.commitlog import Broker
+
+COMMITLOG = "commitlog"
+CONSUMEQUEUE = "consumequeue"
+TXN_APP = "mqaudit-ingest"
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    broker: Broker
+    source: str  # COMMITLOG or CONSUMEQUEUE
+    start: int  # log offsets [start, plan_end)
+    plan_end: int
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run: int
+    resumed: bool
+    items: list[SourcePlan]
+
+    def get(self, broker: Broker, source: str) -> SourcePlan | None:
+        for item in self.items:
+            if item.broker == broker and item.source == source:
+                return item
+        return None
+
+    @property
+    def has_work(self) -> bool:
+        return any(i.start < i.plan_end for i in self.items)
+
+
+@dataclass(frozen=True)
+class State:
+    """What the checkpoint table says: the last run, and where each broker/source goes on."""
+
+    last_run: int
+    unfinished: list[dict[str, Any]]  # the planned rows of the last run if it has no done rows
+    # (broker, broker_id, source) -> (next offset, plan end) of its last done run
+    next_offset: dict[tuple[str, int, str], tuple[int, int]]
+
+
+def load_state(rows: Iterable[dict[str, Any]]) -> State:
+    rows = list(rows)
+    last = max((int(r["run"]) for r in rows), default=0)
+    done_runs = {int(r["run"]) for r in rows if r["status"] == "done"}
+    unfinished = [r for r in rows if int(r["run"]) == last and last not in done_runs]
+    next_offset: dict[tuple[str, int, str], tuple[int, int]] = {}
+    for r in sorted((r for r in rows if r["status"] == "done"), key=lambda r: int(r["run"])):
+        key = (r["broker"], int(r["broker_id"]), r["source"])
+        next_offset[key] = (int(r["next_offset"]), int(r["plan_end"]))
+    return State(last, [r for r in unfinished if r["status"] == "planned"], next_offset)
+
+
+def dispatch_bound(broker: Broker, plan_end: int) -> int:
+    """How far the ConsumeQueues are surely built: all of the log after a clean stop, else
+    (running or crashed broker) the offset the store's checkpoint file says they reached."""
+    store = Path(broker.store_dir)
+    if not (store / "abort").exists():
+        return plan_end
+    cp = Checkpoint.load(store / "checkpoint")
+    return min(plan_end, cp.logics_flushed_offset) if cp else 0
+
+
+def resume_plan(state: State, brokers: list[Broker]) -> RunPlan:
+    by_key = {(b.name, b.broker_id): b for b in brokers}
+    items = []
+    for r in state.unfinished:
+        broker = by_key.get((r["broker"], int(r["broker_id"])))
+        if broker is None:  # the broker's dir is gone: read it as recorded
+            broker = Broker(r["broker"], int(r["broker_id"]), r["store_dir"])
+        items.append(SourcePlan(broker, r["source"], int(r["start_offset"]), int(r["plan_end"])))
+    return RunPlan(state.last_run, True, items)
+
+
+def rows_for(
+    plan: RunPlan, status: str, results: dict[tuple[str, int, str], dict[str, int]] | None = None
+) -> list[dict[str, Any]]:
+    """Checkpoint rows of the plan: `planned`, or `done` with each item's results
+    (`next_offset`, `rows`, `quarantined`)."""
+    now = int(time.time() * 1000)
+    out = []
+    for item in plan.items:
+        key = (item.broker.name, item.broker.broker_id, item.source)
+        res = (results or {}).get(key, {})
+        out.append(
+            {
+                "run": plan.run,
+                "status": status,
+                "broker": item.broker.name,
+                "broker_id": item.broker.broker_id,
+                "store_dir": item.broker.store_dir,
+                "source": item.source,
+                "start_offset": item.start,
+                "plan_end": item.plan_end,
+                "next_offset": res.get("next_offset", item.start),
+                "rows": res.get("rows", 0),
+                "quarantined": res.get("quarantined", 0),
+                "created_at": now,
+            }
+        )
+    return out

@@ -1,0 +1,361 @@
+"""Ingest a cluster data dir into the lake: messages, consume_queue, consumer_offsets,
+message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>.
+
+Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
+pipeline.jobs.checkpoint): a re-run with nothing new commits nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from broker_runtime.offsets.json_file import CorruptStateError
+from pipeline import schemas as S
+from pipeline.delta_io import DeltaIO
+from pipeline.jobs import checkpoint as C
+from pipeline.jobs.store_jobs import Summaries, read_consume_queues, read_log
+from pipeline.progress import Ticker, say
+from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
+from pipeline.readers.layout import discover_brokers, ledger_sources
+from pipeline.readers.ledger import read_table
+from pipeline.readers.store_files import offset_snapshot, plan_cq
+from pipeline.spark_session import apply_sql_conf, build_spark
+from pipeline.transforms.messages import to_messages
+
+Key = tuple[str, int, str]
+
+
+def table_path(lake: str | Path, name: str) -> str:
+    """Where table `name` lives in the lake."""
+    return f"{str(lake).rstrip('/')}/{name}"
+
+
+def run_ingest(
+    data_dir: str | Path,
+    lake: str | Path,
+    spark: SparkSession | None = None,
+    *,
+    master: str | None = None,
+    ledger_url: str | None = None,
+    broker_name: str | None = None,
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
+    started = time.monotonic()
+    spark = spark or build_spark("mqaudit-ingest", master)
+    apply_sql_conf(spark)
+    return _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress).run(
+        ledger_url, broker_name, range_bytes, started
+    )
+
+
+class _Ingest:
+    def __init__(self, spark: SparkSession, data_dir: Path, lake: str, progress: bool) -> None:
+        self.spark = spark
+        self.io = DeltaIO(spark)
+        self.data_dir = data_dir
+        self.lake = lake
+        self.progress = progress
+        self.warnings: list[str] = []
+        self.quarantine: list[dict[str, Any]] = []
+        self.results: dict[Key, dict[str, int]] = {}
+        self.appended: dict[str, int] = {}
+
+    def path(self, name: str) -> str:
+        return table_path(self.lake, name)
+
+    def run(
+        self, ledger_url: str | None, broker_name: str | None, range_bytes: int, started: float
+    ) -> dict[str, Any]:
+        brokers = discover_brokers(self.data_dir, broker_name)
+        say(
+            f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
+            f"({self.io.backend} Delta backend)",
+            self.progress,
+        )
+        for name, schema in S.TABLES.items():
+            self.io.ensure_table(self.path(name), schema, S.PARTITIONS.get(name, ()))
+        cp_rows = self.io.read(self.path("ingest_checkpoint"), S.INGEST_CHECKPOINT).collect()
+        state = C.load_state(r.asDict() for r in cp_rows)
+        if state.unfinished:
+            plan = C.resume_plan(state, brokers)
+            say(f"resuming run {plan.run}, which did not finish", self.progress)
+        else:
+            plan = self._new_plan(state, brokers, range_bytes)
+        if plan.has_work and not plan.resumed:
+            self._append_rows("ingest_checkpoint", C.rows_for(plan, "planned"))
+        summaries = self._messages(plan, range_bytes)
+        self._consume_queues(plan)
+        self._offsets(brokers, plan.run)
+        self._ledgers(ledger_url, plan.run)
+        self._quarantine(plan, summaries)
+        if plan.has_work:
+            self._append_rows("ingest_checkpoint", C.rows_for(plan, "done", self.results))
+        return self._summary(plan, started)
+
+    # -- planning -------------------------------------------------------------------------
+
+    def _new_plan(self, state: C.State, brokers: list[Broker], range_bytes: int) -> C.RunPlan:
+        items = []
+        for b in brokers:
+            key = (b.name, b.broker_id, C.COMMITLOG)
+            start = state.next_offset.get(key, (0, -1))[0]
+            log = plan_log(b, start, range_bytes)
+            if start > log.plan_end and log.plan_end > 0:
+                self.warnings.append(
+                    f"{b.name}/{b.broker_id}: the log ends at {log.plan_end}, "
+                    f"before the checkpoint {start} (log replaced?)"
+                )
+            if start < log.log_min:
+                self.quarantine.append(
+                    _bad(
+                        b,
+                        "",
+                        -1,
+                        start,
+                        log.log_min - start,
+                        "expired",
+                        "log files deleted before they were ingested",
+                    )
+                )
+            end = log.plan_end
+            if state.next_offset.get(key) == (log.start, end) or end < log.start:
+                end = log.start  # only a known damaged tail, unchanged since: nothing new
+            items.append(C.SourcePlan(b, C.COMMITLOG, log.start, end))
+            cq_start = max(
+                state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
+            )
+            cq_end = max(cq_start, C.dispatch_bound(b, log.plan_end))
+            items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
+        return C.RunPlan(state.last_run + 1, False, items)
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def _messages(self, plan: C.RunPlan, range_bytes: int) -> Summaries:
+        items = [i for i in plan.items if i.source == C.COMMITLOG and i.start < i.plan_end]
+        tasks = [
+            t for i in items for t in plan_log(i.broker, i.start, range_bytes, i.plan_end).tasks
+        ]
+        if not tasks:
+            return {}
+        total = sum(t.stop - t.start for t in tasks)
+        say(
+            f"run {plan.run}: {len(tasks)} ranges, {total / 1e6:,.1f} MB of CommitLog from "
+            f"{len({t.path for t in tasks})} segment files",
+            self.progress,
+        )
+        raw, acc = read_log(self.spark, tasks)
+
+        def line() -> str:
+            done = list(acc.value.values())
+            return (
+                f"{len(done)}/{len(tasks)} ranges, "
+                f"{sum(d['bytes'] for d in done) / 1e6:,.1f}/{total / 1e6:,.1f} MB, "
+                f"{sum(d['units'] for d in done):,} messages"
+            )
+
+        with Ticker(line, enabled=self.progress):
+            n = self.io.append(
+                to_messages(raw, plan.run),
+                self.path("messages"),
+                S.MESSAGES,
+                S.MESSAGES_PARTITIONS,
+                txn=(C.TXN_APP, plan.run),
+            )
+            if n < 0:  # a resumed run whose messages are in: walk again for the rest
+                raw.write.format("noop").mode("overwrite").save()
+        self.appended["messages"] = max(n, 0)
+        summaries: Summaries = dict(acc.value)
+        say(line(), self.progress)
+        for item in items:
+            mine = [
+                s
+                for s in summaries.values()
+                if (s["broker"], s["broker_id"]) == (item.broker.name, item.broker.broker_id)
+            ]
+            pending = [s["pending_from"] for s in mine if s["pending_from"] is not None]
+            ends = [s["end"] for s in mine if s["end"] >= 0]
+            nxt = min(pending) if pending else max(ends, default=item.start)
+            self.results[(item.broker.name, item.broker.broker_id, C.COMMITLOG)] = {
+                "next_offset": nxt,
+                "rows": sum(s["units"] for s in mine),
+                "quarantined": sum(len(s["bad"]) for s in mine),
+            }
+        return summaries
+
+    def _consume_queues(self, plan: C.RunPlan) -> None:
+        files = []
+        for item in (i for i in plan.items if i.source == C.CONSUMEQUEUE):
+            b = item.broker
+            log = self.results.get((b.name, b.broker_id, C.COMMITLOG))
+            hi = min(item.plan_end, log["next_offset"]) if log else item.start
+            self.results[(b.name, b.broker_id, C.CONSUMEQUEUE)] = {
+                "next_offset": max(hi, item.start)
+            }
+            if hi > item.start:
+                files += plan_cq(b, item.start, hi)
+        if files:
+            df = read_consume_queues(self.spark, files, plan.run)
+            n = self.io.append(
+                df,
+                self.path("consume_queue"),
+                S.CONSUME_QUEUE,
+                S.CONSUME_QUEUE_PARTITIONS,
+                txn=(C.TXN_APP, plan.run),
+            )
+            self.appended["consume_queue"] = max(n, 0)
+            say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files", self.progress)
+
+    def _offsets(self, brokers: list[Broker], run: int) -> None:
+        have = {
+            (r["broker"], r["broker_id"], r["snapshot_ts"])
+            for r in self.io.read(self.path("consumer_offsets"), S.CONSUMER_OFFSETS)
+            .select("broker", "broker_id", "snapshot_ts")
+            .distinct()
+            .collect()
+        }
+        rows = []
+        for b in brokers:
+            try:
+                snap = offset_snapshot(b)
+            except CorruptStateError as e:
+                self.quarantine.append(
+                    _bad(b, "config/consumerOffset.json", 0, -1, 0, "bad_offsets_json", str(e))
+                )
+                continue
+            if snap is not None and (b.name, b.broker_id, snap.snapshot_ts) not in have:
+                rows += [{**r, "ingest_run": run} for r in snap.rows]
+        if rows:
+            self.appended["consumer_offsets"] = self._append_rows("consumer_offsets", rows)
+
+    def _ledgers(self, ledger_url: str | None, run: int) -> None:
+        sources = ledger_sources(self.data_dir, ledger_url)
+        for name, url, schema, keys in (
+            ("message_stub", sources.message_stub, S.MESSAGE_STUB, S.MESSAGE_STUB_KEY),
+            ("message_log", sources.message_log, S.MESSAGE_LOG, S.MESSAGE_LOG_KEY),
+        ):
+            if url is None:
+                continue
+            stage = Path(self.lake) / "_ingest_tmp" / f"{name}-{uuid.uuid4().hex}.parquet"
+            stage.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                writer = None
+                for batch in read_table(url, name, schema):
+                    writer = writer or pq.ParquetWriter(stage, batch.schema)
+                    writer.write_batch(batch)
+                if writer is None:
+                    continue
+                writer.close()
+                df = self.spark.read.schema(schema).parquet(str(stage))
+                n = self.io.merge_upsert(df, self.path(name), schema, keys)
+                self.appended[name] = n
+                say(f"{name}: {max(n, 0):,} new or changed rows", self.progress)
+            finally:
+                shutil.rmtree(stage.parent, ignore_errors=True)
+
+    def _quarantine(self, plan: C.RunPlan, summaries: Summaries) -> None:
+        for s in summaries.values():
+            b = Broker(s["broker"], s["broker_id"], "")
+            for bad in s["bad"]:
+                self.quarantine.append(
+                    _bad(
+                        b,
+                        s["file"],
+                        bad["position"],
+                        bad["log_offset"],
+                        bad["length"],
+                        bad["reason"],
+                        bad["detail"],
+                        bad["final"],
+                    )
+                )
+        walked = {(s["broker"], s["broker_id"]) for s in summaries.values()}
+        if not self.quarantine and not walked:
+            return
+        rows = [{**q, "first_run": plan.run} for q in self.quarantine]
+        df = self.spark.createDataFrame(rows, S.QUARANTINE)
+        old = self.io.read(self.path("quarantine"), S.QUARANTINE)
+        old = old.select(*S.QUARANTINE_KEY, F.col("first_run").alias("_first"))
+        df = df.join(old, on=S.QUARANTINE_KEY, how="left")
+        df = df.withColumn("first_run", F.coalesce("_first", "first_run")).drop("_first")
+        brokers = " OR ".join(f"({{p}}broker = '{n}' AND {{p}}broker_id = {i})" for n, i in walked)
+
+        def stale(p: str) -> str:  # damaged tails of walked brokers that are gone now
+            return f"NOT {p}final AND ({brokers.format(p=p)})"
+
+        n = self.io.merge_upsert(
+            df,
+            self.path("quarantine"),
+            S.QUARANTINE,
+            S.QUARANTINE_KEY,
+            delete_unmatched=stale if walked else None,
+        )
+        self.appended["quarantine"] = n
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _append_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
+        schema = S.TABLES[table]
+        df: DataFrame = self.spark.createDataFrame(rows, schema)
+        return self.io.append(df, self.path(table), schema, S.PARTITIONS.get(table, ()))
+
+    def _summary(self, plan: C.RunPlan, started: float) -> dict[str, Any]:
+        seconds = time.monotonic() - started
+        messages = sum(r.get("rows", 0) for k, r in self.results.items() if k[2] == C.COMMITLOG)
+        reasons: dict[str, int] = {}
+        for q in self.quarantine:
+            reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
+        return {
+            "run": plan.run if plan.has_work else None,
+            "resumed": plan.resumed,
+            "backend": self.io.backend,
+            "lake": self.lake,
+            "brokers": [
+                {
+                    "broker": i.broker.name,
+                    "broker_id": i.broker.broker_id,
+                    "source": i.source,
+                    "start": i.start,
+                    "plan_end": i.plan_end,
+                    **self.results.get((i.broker.name, i.broker.broker_id, i.source), {}),
+                }
+                for i in plan.items
+            ],
+            "messages": messages,
+            "appended": self.appended,
+            "quarantine": reasons,
+            "warnings": self.warnings,
+            "seconds": round(seconds, 3),
+        }
+
+
+def _bad(
+    b: Broker,
+    file: str,
+    position: int,
+    log_offset: int,
+    length: int,
+    reason: str,
+    detail: str,
+    final: bool = True,
+) -> dict[str, Any]:
+    return {
+        "broker": b.name,
+        "broker_id": b.broker_id,
+        "file": file,
+        "position": position,
+        "log_offset": log_offset,
+        "length": length,
+        "reason": reason,
+        "detail": detail,
+        "final": final,
+    }

@@ -1,0 +1,157 @@
+"""Plan a broker's CommitLog into byte ranges (one Spark task each) and read one range.
+
+Ranges split segments at fixed byte positions; a range owns the units that *start* in it
+(a walk from a split point begins at the first anchor, see segments.py), so ranges can be
+read in parallel and in any order and still give every unit exactly once.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from broker_runtime.store.mapped_file import NAME_DIGITS
+from pipeline.readers.segments import SegmentWalker, WalkResult, to_batch
+
+DEFAULT_RANGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Broker:
+    """One broker replica's store directory."""
+
+    name: str
+    broker_id: int  # 0 master, 1 slave
+    store_dir: str
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    broker: str
+    broker_id: int
+    path: str  # the segment file
+    file_from: int  # its log offset
+    start: int  # segment positions: the range [start, stop)
+    stop: int
+    exact: bool  # `start` is a known unit boundary (no anchor search)
+    last_segment: bool
+
+    @property
+    def range_id(self) -> str:
+        return f"{self.broker}/{self.broker_id}/{self.file_from + self.start}"
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LogPlan:
+    tasks: list[RangeTask]
+    log_min: int  # first offset still in the log (older files expired)
+    plan_end: int  # end of the written data when planned
+    start: int  # where this run starts (>= log_min)
+
+
+def segment_files(store_dir: str | Path) -> list[Path]:
+    directory = Path(store_dir) / "commitlog"
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.isdigit() and len(p.name) == NAME_DIGITS)
+
+
+def _data_end(path: Path, file_from: int) -> int:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+            walker = SegmentWalker(m, file_from, last_segment=True)
+            end = walker.data_end()
+            del walker
+            return end
+
+
+def plan_log(
+    broker: Broker,
+    start_offset: int,
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    until: int | None = None,
+) -> LogPlan:
+    """Ranges covering the log from `start_offset` (a unit boundary) to its written end
+    (or to `until`, a resumed run's recorded end, if that comes first)."""
+    files = segment_files(broker.store_dir)
+    if not files:
+        return LogPlan([], 0, 0, start_offset)
+    log_min = int(files[0].name)
+    start = max(start_offset, log_min)
+    last = files[-1]
+    plan_end = int(last.name) + _data_end(last, int(last.name))
+    if until is not None:
+        plan_end = min(plan_end, until)
+    tasks = []
+    for path in files:
+        file_from = int(path.name)
+        size = path.stat().st_size
+        if file_from + size <= start or file_from >= plan_end:
+            continue
+        is_last = path == last
+        seg_start = max(0, start - file_from)
+        seg_stop = plan_end - file_from if is_last else size
+        pos = seg_start
+        while pos < seg_stop:
+            stop = min(seg_stop, pos + range_bytes)
+            exact = pos == seg_start
+            task = RangeTask(
+                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last
+            )
+            tasks.append(task)
+            pos = stop
+    return LogPlan(tasks, log_min, max(plan_end, start), start)
+
+
+def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
+    """RAW_MESSAGE batches of the units starting in the task's range; damage goes to `result`."""
+    with open(task.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+            walker = SegmentWalker(m, task.file_from, task.last_segment)
+            try:
+                for positions in walker.walk(task.start, task.stop, task.exact, result):
+                    yield to_batch(walker, positions, task.broker, task.broker_id, result)
+            finally:
+                del walker  # its views must go before the mapping closes
+
+
+def summary(task: RangeTask, result: WalkResult) -> dict[str, Any]:
+    """What the driver needs of a finished range (plain types: it travels by accumulator)."""
+    return {
+        "broker": task.broker,
+        "broker_id": task.broker_id,
+        "file": Path(task.path).name,
+        "file_from": task.file_from,
+        "start": task.file_from + task.start,
+        "bytes": task.stop - task.start,
+        "units": result.units,
+        "unit_bytes": result.unit_bytes,
+        "end": task.file_from + result.end if result.end >= 0 else -1,
+        "pending_from": (
+            task.file_from + result.pending_from if result.pending_from is not None else None
+        ),
+        "bad": [
+            {
+                "position": b.position,
+                "log_offset": task.file_from + b.position,
+                "length": b.length,
+                "reason": b.reason,
+                "detail": b.detail,
+                "final": b.final,
+            }
+            for b in result.bad
+        ],
+    }

@@ -1,0 +1,73 @@
+"""Which broker store directories a data dir holds, and where its ledgers are."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.readers.commitlog import Broker
+
+ROLES = {"master": 0, "slave": 1}
+
+
+@dataclass(frozen=True)
+class LedgerSources:
+    """SQLAlchemy URL per ledger table; None when that ledger does not exist (yet)."""
+
+    message_stub: str | None
+    message_log: str | None
+
+
+def discover_brokers(data_dir: Path, broker_name: str | None = None) -> list[Broker]:
+    """The store dirs of DIR: from DIR/cluster.json, else DIR/brokers/<group>/{master,slave}.
+
+    A bare store dir (one with commitlog/) is one broker named `broker_name` (default: the
+    directory's name), broker id 0.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"data dir {data_dir} does not exist")
+    if (data_dir / "commitlog").is_dir():
+        return [Broker(broker_name or data_dir.resolve().name, 0, str(data_dir.resolve()))]
+    cluster = data_dir / "cluster.json"
+    if cluster.is_file():
+        return _from_cluster_json(data_dir, json.loads(cluster.read_text()))
+    found = []
+    for group in sorted(p for p in (data_dir / "brokers").glob("*") if p.is_dir()):
+        for role, broker_id in ROLES.items():
+            store = group / role
+            if store.is_dir():
+                found.append(Broker(group.name, broker_id, str(store.resolve())))
+    return found
+
+
+def _from_cluster_json(data_dir: Path, doc: Any) -> list[Broker]:
+    nodes = doc.get("nodes", []) if isinstance(doc, dict) else doc
+    found = []
+    for node in nodes:
+        role = node.get("role")
+        if role not in ROLES:
+            continue  # name servers
+        group = node.get("broker") or node.get("group") or node.get("broker_name")
+        if not group:
+            raise ValueError(f"{data_dir / 'cluster.json'}: a {role} node has no broker group")
+        broker_id = int(node.get("broker_id", ROLES[role]))
+        store = node.get("store_dir") or str(data_dir / "brokers" / group / role)
+        path = Path(store) if Path(store).is_absolute() else data_dir / store
+        found.append(Broker(str(group), broker_id, str(path.resolve())))
+    return sorted(found, key=lambda b: (b.name, b.broker_id))
+
+
+def ledger_sources(data_dir: Path, ledger_url: str | None = None) -> LedgerSources:
+    """`ledger_url` (PostgreSQL: both tables) or DIR/ledger/{producer,consumer}.db."""
+    if ledger_url:
+        return LedgerSources(ledger_url, ledger_url)
+    ledger = Path(data_dir) / "ledger"
+
+    def sqlite(name: str) -> str | None:
+        path = ledger / name
+        return f"sqlite:///{path.resolve()}" if path.is_file() else None
+
+    return LedgerSources(sqlite("producer.db"), sqlite("consumer.db"))

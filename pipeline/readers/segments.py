@@ -1,0 +1,368 @@
+"""CommitLog segment bytes -> Arrow record batches of messages, plus every byte range it could
+not parse. The only binary decoding in the pipeline; pure functions over a buffer.
+
+A walk follows the TOTALSIZE chain from a known unit boundary (or from the first *anchor* at
+or after an arbitrary split point: a structurally valid unit whose PHYSICALOFFSET field is
+its own log offset, which a stray magic number inside a body never has). The chain is
+followed in a tight loop over (TOTALSIZE, MAGIC) only; every other field of a batch of units
+is then read with numpy in one go (a sliding-window gather of the 88-byte headers) and the
+field lengths and PHYSICALOFFSET are checked vectorised. Bodies, topics and properties are
+copied once into Arrow buffers; body CRCs are computed per unit with zlib (C speed).
+
+Damage never stops the walk: the damaged range (from the bad unit to the next anchor) is
+reported with the codec's reason (`torn`, `bad_magic`, `bad_size`, `bad_lengths`), or
+`bad_offset` (a unit whose PHYSICALOFFSET is not where it lies), `garbage` (non-zero bytes
+after the zero tail) or `zero_gap` (zeros followed by more units), and the walk goes on from
+the anchor. A unit whose body CRC does not match is emitted with crc_ok = false and also
+reported (`bad_crc`). A damaged range at the end of the written part of the last segment is
+not `final`: it may be a write still in flight, so the caller looks at it again next run.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from numpy.lib.stride_tricks import sliding_window_view
+
+from broker_runtime.store import record_codec as codec
+from broker_runtime.store.record_codec import RecordError
+from pipeline.schemas import RAW_MESSAGE, arrow_schema
+
+BATCH_UNITS = 8192
+_MIN_UNIT = codec.HEADER_SIZE + 3
+_PREFIX = struct.Struct(">ii")
+_MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
+_ZERO_CHUNK = 1 << 20
+# The fixed part of a unit as numpy sees it (big-endian), codec.HEADER's field order.
+HEADER_DTYPE = np.dtype(
+    [
+        ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"),
+        ("flag", ">i4"), ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"),
+        ("born_ts", ">i8"), ("born_ip", ">u4"), ("born_port", ">i4"), ("store_ts", ">i8"),
+        ("store_ip", ">u4"), ("store_port", ">i4"), ("reconsume", ">i4"), ("ptx", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)  # fmt: skip
+assert HEADER_DTYPE.itemsize == codec.HEADER_SIZE
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class BadRange:
+    """Bytes that are not a message; `position` is relative to the segment file."""
+
+    position: int
+    length: int
+    reason: str
+    detail: str
+    final: bool
+
+
+@dataclass
+class WalkResult:
+    """What a walk over one range found besides its messages."""
+
+    units: int = 0
+    unit_bytes: int = 0
+    end: int = 0  # segment position where the walk stopped (first unit start >= stop, or EOD)
+    bad: list[BadRange] = field(default_factory=list)
+
+    @property
+    def pending_from(self) -> int | None:
+        """Where a non-final damaged tail starts (the next run starts there), if any."""
+        return next((b.position for b in self.bad if not b.final), None)
+
+
+class SegmentWalker:
+    """Walks message units of one segment (`file_from`: its log offset)."""
+
+    def __init__(self, data: bytes | mmap.mmap, file_from: int, last_segment: bool) -> None:
+        self.data = data  # an mmap or bytes: both have .find
+        self.buf = memoryview(data)
+        self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
+        self.size = len(self.buf)
+        self.file_from = file_from
+        self.last_segment = last_segment
+        self._data_end: int | None = None
+
+    # -- finding things -------------------------------------------------------------------
+
+    def data_end(self) -> int:
+        """Position just past the last non-zero byte of the segment."""
+        if self._data_end is None:
+            end = self.size
+            while end > 0:
+                lo = max(0, end - _ZERO_CHUNK)
+                nz = np.flatnonzero(self.arr[lo:end])
+                if len(nz):
+                    end = lo + int(nz[-1]) + 1
+                    break
+                end = lo
+            self._data_end = end
+        return self._data_end
+
+    def unit_ok(self, pos: int) -> int:
+        """Size of a valid unit at `pos` (<0: blank), raising RecordError like the codec.
+
+        Adds `bad_offset`: the unit's PHYSICALOFFSET field is not its own log offset.
+        """
+        size = codec.check_unit(self.buf, pos, self.size, check_crc=False)
+        if size > 0:
+            phys = int.from_bytes(self.buf[pos + 28 : pos + 36], "big", signed=True)
+            if phys != self.file_from + pos:
+                detail = f"PHYSICALOFFSET {phys} at log offset {self.file_from + pos}"
+                raise RecordError("bad_offset", pos, detail)
+        return size
+
+    def anchor(self, start: int) -> int | None:
+        """The first position >= `start` where a valid unit (or the closing blank) begins."""
+        find = self.data.find
+        blank = self.data_end() - 8
+        if blank < start or not self._is_blank(blank):
+            blank = -1
+        at = start + 4
+        while True:
+            hit = find(_MAGIC_BYTES, at, self.size)
+            if hit < 0 or 0 <= blank < hit - 4:
+                return blank if blank >= 0 else None
+            try:
+                self.unit_ok(hit - 4)
+                return hit - 4
+            except RecordError:
+                at = hit + 1
+
+    def _is_blank(self, pos: int) -> bool:
+        if pos < 0 or pos + 8 > self.size:
+            return False
+        total, magic = _PREFIX.unpack_from(self.buf, pos)
+        return bool(magic == codec.BLANK_MAGIC and total == self.size - pos)
+
+    def first_nonzero(self, start: int) -> int | None:
+        pos = start
+        while pos < self.size:
+            nz = np.flatnonzero(self.arr[pos : min(self.size, pos + _ZERO_CHUNK)])
+            if len(nz):
+                return pos + int(nz[0])
+            pos += _ZERO_CHUNK
+        return None
+
+    # -- the walk -------------------------------------------------------------------------
+
+    def walk(self, start: int, stop: int, exact: bool, result: WalkResult) -> Iterator[I64]:
+        """Yield arrays of valid unit positions whose units start in [start, stop).
+
+        Sets `result.end` to where the walk stopped: the first unit start at or past `stop`,
+        the end of the written data, or the segment's end after its blank unit.
+        """
+        pos: int | None = start if exact else self.anchor(start)
+        result.end = -1  # nothing starts in this range (stays so if there is no anchor)
+        unpack = _PREFIX.unpack_from
+        buf, size, magic_ok = self.buf, self.size, codec.MESSAGE_MAGIC
+        while pos is not None and pos < stop:
+            found: list[int] = []
+            while pos < stop and len(found) < BATCH_UNITS:  # the hot loop: the chain only
+                if size - pos < 8:
+                    break
+                total, magic = unpack(buf, pos)
+                if magic != magic_ok or total < _MIN_UNIT or total > size - pos:
+                    break
+                found.append(pos)
+                pos += total
+            good = self._verified(np.array(found, dtype=np.int64))
+            if len(good) < len(found):
+                pos = found[len(good)]  # the first unit that failed the field checks
+            elif self.last_segment and len(good) and pos >= self.data_end():
+                tail = int(good[-1])  # the log's last unit: a bad CRC here is a torn write
+                if not codec.crc_ok(buf, tail):
+                    good = good[:-1]
+                    detail = "the last unit of the log fails its CRC (torn or in flight)"
+                    result.bad.append(BadRange(tail, pos - tail, "torn", detail, False))
+                    pos = None
+            if len(good):
+                yield good
+            if pos is None:
+                result.end = int(found[-1])  # the torn unit: the next run starts there
+                return
+            if pos >= stop or (len(found) == BATCH_UNITS and len(good) == len(found)):
+                continue
+            pos = self._skip_damage(pos, result)
+        result.end = pos if pos is not None else result.end
+
+    def _verified(self, pos: I64) -> I64:
+        """The leading run of `pos` whose lengths add up and whose PHYSICALOFFSET matches."""
+        if not len(pos):
+            return pos
+        h = self.headers(pos)
+        body_len = h["body_len"].astype(np.int64)
+        total = h["total"].astype(np.int64)
+        topic_at = pos + codec.HEADER_SIZE + body_len
+        ok = (body_len >= 0) & (topic_at + 3 <= pos + total)
+        t = np.where(ok, topic_at, pos)
+        topic_len = self.arr[t].astype(np.int64)
+        p = np.minimum(t + 1 + topic_len, self.size - 2)
+        props_len = (self.arr[p].astype(np.int64) << 8) | self.arr[p + 1]
+        props_len = np.where(props_len >= 0x8000, props_len - 0x10000, props_len)
+        ok &= codec.HEADER_SIZE + body_len + 1 + topic_len + 2 + props_len == total
+        ok &= h["phys"].astype(np.int64) == self.file_from + pos
+        bad = np.flatnonzero(~ok)
+        return pos if not len(bad) else pos[: int(bad[0])]
+
+    def headers(self, pos: I64) -> npt.NDArray[np.void]:
+        win = sliding_window_view(self.arr, codec.HEADER_SIZE)
+        return win[pos].view(HEADER_DTYPE).ravel()
+
+    def _skip_damage(self, pos: int, result: WalkResult) -> int | None:
+        """Record what is at `pos` (not a good unit); return where the walk goes on, or None
+        (with `result.end` set) when the segment has nothing more."""
+        try:
+            size = self.unit_ok(pos)
+        except RecordError as e:
+            reason, detail = e.reason, str(e)
+        else:
+            if size < 0:
+                result.end = self.size  # the blank unit: the segment is done
+                return None
+            # The codec accepts what the vectorised check refused: keep the walk going.
+            result.bad.append(BadRange(pos, size, "bad_lengths", "field check failed", True))
+            return pos + size
+        if reason == "eof":
+            nonzero = self.first_nonzero(pos)
+            if nonzero is None:
+                result.end = pos  # zeros to the end: the next unit will be written here
+                return None
+            nxt = self.anchor(nonzero)
+            if nxt == nonzero:
+                reason, detail = "zero_gap", f"{nonzero - pos} zero bytes before more units"
+            else:
+                reason, detail = "garbage", f"non-zero bytes at {nonzero} after the zero tail"
+        else:
+            nxt = self.anchor(pos + 1)
+        final = nxt is not None or not self.last_segment
+        magic = _PREFIX.unpack_from(self.buf, pos)[1] if pos + 8 <= self.size else 0
+        if not final and magic == codec.MESSAGE_MAGIC:
+            reason, detail = "torn", f"{detail} (the log's last unit: torn or in flight)"
+        end = nxt if nxt is not None else max(self.data_end(), pos + 1)
+        result.bad.append(BadRange(pos, end - pos, reason, detail, final))
+        result.end = end if not final else self.size
+        return nxt
+
+
+_PAD_LIMIT = 64 << 20  # bytes a padded gather may allocate
+
+
+def _take_bytes(walker: SegmentWalker, starts: I64, lens: I64) -> tuple[pa.Buffer, pa.Buffer]:
+    """(int32 offsets, data) Arrow buffers of the slices [starts[i], starts[i] + lens[i]).
+
+    Slices of similar length (the usual case) are copied by one numpy gather of rows padded
+    to the longest, then compacted; very uneven ones by joining memoryview slices.
+    """
+    n = len(starts)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    total = int(offsets[-1])
+    longest = int(lens.max()) if n else 0
+    padded_size = longest * n
+    if (
+        0 < longest
+        and padded_size <= min(2 * total + 64 * n, _PAD_LIMIT)
+        and int(starts.max()) + longest <= walker.size
+    ):
+        rows = sliding_window_view(walker.arr, longest)[starts]
+        if int(lens.min()) == longest:
+            data: bytes | npt.NDArray[np.uint8] = rows.reshape(-1)
+        else:
+            data = rows[np.arange(longest) < lens[:, None]]
+    else:
+        buf, pairs = walker.buf, zip(starts.tolist(), lens.tolist(), strict=True)
+        data = b"".join([buf[s : s + k] for s, k in pairs])
+    return pa.py_buffer(offsets), pa.py_buffer(data)
+
+
+def _strings(walker: SegmentWalker, starts: I64, lens: I64) -> tuple[pa.Array, list[int]]:
+    """A string array of the slices; rows that are not UTF-8 are decoded with replacement
+    and their indexes returned."""
+    buffers = [None, *_take_bytes(walker, starts, lens)]
+    raw = pa.Array.from_buffers(pa.binary(), len(starts), buffers)
+    try:
+        return raw.cast(pa.string()), []
+    except pa.ArrowInvalid:
+        out, bad = [], []
+        for i, v in enumerate(raw.to_pylist()):
+            try:
+                out.append(v.decode())
+            except UnicodeDecodeError:
+                bad.append(i)
+                out.append(v.decode(errors="replace"))
+        return pa.array(out, pa.string()), bad
+
+
+_RAW_ARROW = arrow_schema(RAW_MESSAGE)
+
+
+def to_batch(
+    walker: SegmentWalker, pos: I64, broker: str, broker_id: int, result: WalkResult
+) -> pa.RecordBatch:
+    """The RAW_MESSAGE batch of the verified units at `pos`; bad CRCs are also reported."""
+    n = len(pos)
+    h = walker.headers(pos)
+
+    def col(name: str, dtype: type[np.generic]) -> pa.Array:
+        return pa.array(h[name].astype(dtype))
+
+    body_len = h["body_len"].astype(np.int64)
+    body_at = pos + codec.HEADER_SIZE
+    topic_len = walker.arr[body_at + body_len].astype(np.int64)
+    props_at = body_at + body_len + 1 + topic_len
+    props_len = (walker.arr[props_at].astype(np.int64) << 8) | walker.arr[props_at + 1]
+    body_offsets, body_data = _take_bytes(walker, body_at, body_len)
+    body = pa.Array.from_buffers(pa.binary(), n, [None, body_offsets, body_data])
+    data, offs = memoryview(body_data), np.frombuffer(body_offsets, dtype=np.int32).tolist()
+    crcs = np.array([zlib.crc32(data[offs[i] : offs[i + 1]]) for i in range(n)], dtype=np.int64)
+    crcs &= 0x7FFFFFFF
+    stored_crc = h["crc"].astype(np.int32)
+    crc_ok = crcs == stored_crc
+    topic, bad_topic = _strings(walker, body_at + body_len + 1, topic_len)
+    props, bad_props = _strings(walker, props_at + 2, props_len)
+    for i in np.flatnonzero(~crc_ok).tolist():
+        p = int(pos[i])
+        detail = f"BODYCRC {int(stored_crc[i])}, body CRC {int(crcs[i])}"
+        result.bad.append(BadRange(p, int(h["total"][i]), "bad_crc", detail, True))
+    for i in sorted(set(bad_topic) | set(bad_props)):
+        p = int(pos[i])
+        result.bad.append(BadRange(p, int(h["total"][i]), "bad_text", "topic or properties "
+                                   "are not UTF-8 (kept with replacement)", True))  # fmt: skip
+    result.units += n
+    result.unit_bytes += int(h["total"].astype(np.int64).sum())
+    columns = [
+        pa.array([broker] * n, pa.string()),
+        pa.array(np.full(n, broker_id, dtype=np.int32)),
+        pa.array(pos + walker.file_from),
+        col("total", np.int32),
+        pa.array(stored_crc),
+        pa.array(crc_ok),
+        col("queue_id", np.int32),
+        col("flag", np.int32),
+        col("queue_offset", np.int64),
+        col("sys_flag", np.int32),
+        col("born_ts", np.int64),
+        col("born_ip", np.int64),
+        col("born_port", np.int32),
+        col("store_ts", np.int64),
+        col("store_ip", np.int64),
+        col("store_port", np.int32),
+        col("reconsume", np.int32),
+        col("ptx", np.int64),
+        body,
+        topic,
+        props,
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)

@@ -1,0 +1,152 @@
+"""ConsumeQueue files and consumer offset snapshots of a store dir -> Arrow / rows.
+
+Read-only, like broker_runtime.store.inspect: safe next to a running broker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
+from broker_runtime.offsets.json_file import CorruptStateError
+from broker_runtime.store.consume_queue import ENTRY_SIZE
+from broker_runtime.store.mapped_file import NAME_DIGITS
+from pipeline.readers.commitlog import Broker
+from pipeline.schemas import CONSUME_QUEUE, arrow_schema
+
+CQ_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert CQ_DTYPE.itemsize == ENTRY_SIZE
+_BLANK_SIZE = 0x7FFFFFFF  # RocketMQ's filler entry for a queue offset without a message
+_CQ_ARROW = arrow_schema(CONSUME_QUEUE)
+
+
+@dataclass(frozen=True)
+class CqFile:
+    broker: str
+    broker_id: int
+    topic: str
+    queue_id: int
+    path: str
+    lo: int  # entries whose log offset is in [lo, hi)
+    hi: int
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def queue_dirs(store_dir: str) -> list[tuple[str, int, Path]]:
+    root = Path(store_dir) / "consumequeue"
+    if not root.is_dir():
+        return []
+    return [
+        (q.parent.name, int(q.name), q)
+        for q in sorted(root.glob("*/*"))
+        if q.is_dir() and q.name.isdigit()
+    ]
+
+
+def _files(qdir: Path) -> list[Path]:
+    return sorted(p for p in qdir.iterdir() if p.name.isdigit() and len(p.name) == NAME_DIGITS)
+
+
+def plan_cq(broker: Broker, lo: int, hi: int) -> list[CqFile]:
+    """Every ConsumeQueue file of the broker, to be read for entries pointing into [lo, hi)."""
+    return [
+        CqFile(broker.name, broker.broker_id, topic, qid, str(path), lo, hi)
+        for topic, qid, qdir in queue_dirs(broker.store_dir)
+        for path in _files(qdir)
+    ]
+
+
+def _entries(path: str) -> np.ndarray[Any, np.dtype[np.void]]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    usable = len(raw) - len(raw) % ENTRY_SIZE
+    return np.frombuffer(raw, dtype=CQ_DTYPE, count=usable // ENTRY_SIZE)
+
+
+def read_cq_file(task: CqFile, run: int) -> pa.RecordBatch:
+    """CONSUME_QUEUE rows of the file's written entries that point into [lo, hi)."""
+    e = _entries(task.path)
+    base = int(Path(task.path).name) // ENTRY_SIZE
+    phys = e["phys"].astype(np.int64)
+    size = e["size"].astype(np.int32)
+    keep = np.flatnonzero(
+        (size != 0) & (size != _BLANK_SIZE) & (phys >= task.lo) & (phys < task.hi)
+    )
+    n = len(keep)
+    columns = [
+        pa.array([task.broker] * n, pa.string()),
+        pa.array(np.full(n, task.broker_id, dtype=np.int32)),
+        pa.array([task.topic] * n, pa.string()),
+        pa.array(np.full(n, task.queue_id, dtype=np.int32)),
+        pa.array(keep.astype(np.int64) + base),
+        pa.array(phys[keep]),
+        pa.array(size[keep]),
+        pa.array(e["tags"][keep].astype(np.int64)),
+        pa.array(np.full(n, run, dtype=np.int64)),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=_CQ_ARROW)
+
+
+def max_offsets(store_dir: str) -> dict[tuple[str, int], int]:
+    """(topic, queue id) -> the next queue offset to be written (getMaxOffsetInQueue)."""
+    out = {}
+    for topic, qid, qdir in queue_dirs(store_dir):
+        files = _files(qdir)
+        for path in reversed(files):
+            sizes = _entries(str(path))["size"]
+            written = np.flatnonzero(sizes != 0)
+            if len(written):
+                out[(topic, qid)] = int(path.name) // ENTRY_SIZE + int(written[-1]) + 1
+                break
+        else:
+            out[(topic, qid)] = int(files[0].name) // ENTRY_SIZE if files else 0
+    return out
+
+
+@dataclass(frozen=True)
+class OffsetSnapshot:
+    snapshot_ts: int  # consumerOffset.json's modification time, epoch ms
+    rows: list[dict[str, Any]]
+
+
+def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
+    """The broker's committed offsets now, each with its queue's max offset.
+
+    None when the broker has no consumerOffset.json; raises CorruptStateError when neither
+    it nor its .bak can be read.
+    """
+    path = Path(broker.store_dir) / "config" / "consumerOffset.json"
+    source = path if path.exists() else path.with_name(path.name + ".bak")
+    if not source.exists():
+        return None
+    snapshot_ts = os.stat(source).st_mtime_ns // 1_000_000
+    try:
+        table = ConsumerOffsets(Path(broker.store_dir)).table()
+    except (CorruptStateError, ValueError) as e:
+        raise CorruptStateError(f"{source}: {e}") from e
+    maxes = max_offsets(broker.store_dir)
+    rows = []
+    for key, queues in sorted(table.items()):
+        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        for qid, offset in sorted(queues.items()):
+            rows.append(
+                {
+                    "broker": broker.name,
+                    "broker_id": broker.broker_id,
+                    "snapshot_ts": snapshot_ts,
+                    "topic": topic,
+                    "consumer_group": group,
+                    "queue_id": qid,
+                    "committed_offset": offset,
+                    "max_offset": maxes.get((topic, qid), 0),
+                }
+            )
+    return OffsetSnapshot(snapshot_ts, rows)

@@ -1,0 +1,133 @@
+"""One explicit StructType per table (and per reader output); Arrow schemas are derived.
+
+Timestamps are epoch milliseconds (int64, UTC) everywhere. Every field is nullable: Spark
+reads files back as nullable, so nullability is not part of the contract checked here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_TYPES: dict[str, DataType] = {
+    "str": StringType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "bool": BooleanType(),
+    "bin": BinaryType(),
+    "map": MapType(StringType(), StringType()),
+}
+
+
+def struct_of(spec: str) -> StructType:
+    """`name:type, ...` -> StructType (all nullable); keeps the tables below readable."""
+    fields = []
+    for item in spec.split(","):
+        name, kind = item.strip().split(":")
+        fields.append(StructField(name, _TYPES[kind], True))
+    return StructType(fields)
+
+
+# What the commitlog reader emits: header fields as stored, hosts as raw IPv4 + port,
+# properties as the raw `k\x01v\x02` string. Parsing happens nowhere else.
+RAW_MESSAGE = struct_of(
+    "broker:str, broker_id:int, phys_offset:long, total_size:int, body_crc:int, crc_ok:bool,"
+    " queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long, born_ip:long,"
+    " born_port:int, store_ts:long, store_ip:long, store_port:int, reconsume_times:int,"
+    " prepared_tx_offset:long, body:bin, topic:str, properties_raw:str"
+)
+
+MESSAGES = struct_of(
+    "broker:str, broker_id:int, phys_offset:long, total_size:int, msg_id:str, topic:str,"
+    " queue_id:int, queue_offset:long, uniq_key:str, keys:str, tags:str, born_ts:long,"
+    " store_ts:long, reconsume_times:int, body_crc:int, crc_ok:bool, flag:int, sys_flag:int,"
+    " born_host:str, store_host:str, prepared_tx_offset:long, body_size:int, body:bin,"
+    " properties:map, delivery_topic:str, original_topic:str, origin_msg_id:str,"
+    " consumer_group:str, is_retry:bool, is_dlq:bool, is_scheduled:bool, delay_level:int,"
+    " ingest_run:long, store_date:str"
+)
+MESSAGES_PARTITIONS = ["broker", "store_date"]
+MESSAGES_KEY = ["broker", "broker_id", "phys_offset"]
+
+CONSUME_QUEUE = struct_of(
+    "broker:str, broker_id:int, topic:str, queue_id:int, queue_offset:long, phys_offset:long,"
+    " size:int, tags_code:long, ingest_run:long"
+)
+CONSUME_QUEUE_PARTITIONS = ["broker"]
+CONSUME_QUEUE_KEY = ["broker", "broker_id", "topic", "queue_id", "queue_offset"]
+
+CONSUMER_OFFSETS = struct_of(
+    "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str, queue_id:int,"
+    " committed_offset:long, max_offset:long, ingest_run:long"
+)
+CONSUMER_OFFSETS_KEY = ["broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"]
+
+# The ledgers, as the broker's ledger schema defines them (see the BRIEF's shared contract).
+MESSAGE_STUB = struct_of(
+    "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, status:str, send_count:int,"
+    " broker:str, queue_id:int, queue_offset:long, next_resend_at:long, created_at:long,"
+    " updated_at:long"
+)
+MESSAGE_STUB_KEY = ["msg_id"]
+
+MESSAGE_LOG = struct_of(
+    "id:long, msg_id:str, topic:str, group:str, client_id:str, broker:str, queue_id:int,"
+    " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long"
+)
+MESSAGE_LOG_KEY = ["id"]
+
+# Bytes that could not be parsed. `final` is false for a damaged tail at the end of the
+# written log: the next run looks at it again (it may have been a write in flight).
+QUARANTINE = struct_of(
+    "broker:str, broker_id:int, file:str, position:long, log_offset:long, length:long,"
+    " reason:str, detail:str, final:bool, first_run:long"
+)
+QUARANTINE_KEY = ["broker", "broker_id", "log_offset", "reason"]
+
+# One row per broker and source per run step: `planned` rows are written before any data
+# table, `done` rows after all of them (see pipeline.jobs.checkpoint).
+INGEST_CHECKPOINT = struct_of(
+    "run:long, status:str, broker:str, broker_id:int, store_dir:str, source:str,"
+    " start_offset:long, plan_end:long, next_offset:long, rows:long, quarantined:long,"
+    " created_at:long"
+)
+
+TABLES: dict[str, StructType] = {
+    "messages": MESSAGES,
+    "consume_queue": CONSUME_QUEUE,
+    "consumer_offsets": CONSUMER_OFFSETS,
+    "message_stub": MESSAGE_STUB,
+    "message_log": MESSAGE_LOG,
+    "quarantine": QUARANTINE,
+    "ingest_checkpoint": INGEST_CHECKPOINT,
+}
+PARTITIONS: dict[str, list[str]] = {
+    "messages": MESSAGES_PARTITIONS,
+    "consume_queue": CONSUME_QUEUE_PARTITIONS,
+}
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark uses for `schema` (what readers emit and delta-rs stores)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)
+
+
+def same_fields(a: StructType, b: StructType) -> bool:
+    """Whether two schemas have the same field names and types in order (nullability aside)."""
+    return [(f.name, f.dataType) for f in a.fields] == [(f.name, f.dataType) for f in b.fields]

@@ -1,0 +1,48 @@
+"""One way to get a Spark session for the pipeline: UTC, this interpreter for the workers,
+quiet logs, and the SQL settings the transforms rely on."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[2]"
+
+# Settings the pipeline's transforms rely on, applied to any session it is handed.
+SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    # str_to_map on properties: a repeated key keeps the last value instead of failing.
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_spark(
+    app: str = "mqaudit", master: str | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
+    """Get or create the session; `master` defaults to $SPARK_MASTER or local[2]."""
+    # Workers must run this interpreter (the one with the package and pyarrow installed).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app)
+        .master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+    )
+    for key, value in {**SQL_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    apply_sql_conf(spark)
+    return spark
+
+
+def apply_sql_conf(spark: SparkSession) -> None:
+    """Make a session handed in from outside (Airflow, a notebook) behave as ours."""
+    for key, value in SQL_CONF.items():
+        spark.conf.set(key, value)

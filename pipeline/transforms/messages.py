@@ -1,0 +1,90 @@
+"""Raw commitlog rows -> the `messages` table: properties parsed, ids, hosts and retry / DLQ /
+schedule lineage resolved, by the same names and rules the broker routes by."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from broker_runtime.common.message import (
+    DELAY,
+    KEYS,
+    NAME_VALUE_SEPARATOR,
+    ORIGIN_MESSAGE_ID,
+    PROPERTY_SEPARATOR,
+    REAL_TOPIC,
+    RETRY_TOPIC,
+    TAGS,
+    UNIQ_KEY,
+)
+from broker_runtime.common.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC
+from pipeline.schemas import MESSAGES
+
+_MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: beyond it no date exists
+
+
+def parse_properties(raw: Column) -> Column:
+    """`k\\x01v\\x02...` -> map; items without a separator are skipped, as Java does."""
+    # str_to_map takes regexes: both separators are plain control characters.
+    trimmed = F.regexp_replace(raw, PROPERTY_SEPARATOR + "$", "")
+    parsed = F.str_to_map(trimmed, F.lit(PROPERTY_SEPARATOR), F.lit(NAME_VALUE_SEPARATOR))
+    kept = F.map_filter(parsed, lambda k, v: v.isNotNull() & (k != ""))
+    return F.when(raw == "", F.create_map().cast("map<string,string>")).otherwise(kept)
+
+
+def _ipv4(ip: Column, port: Column) -> Column:
+    octets = [F.shiftright(ip, s).bitwiseAND(255).cast("string") for s in (24, 16, 8, 0)]
+    return F.concat(F.concat_ws(".", *octets), F.lit(":"), port.cast("string"))
+
+
+def _offset_msg_id(ip: Column, port: Column, phys: Column) -> Column:
+    """RocketMQ's offset msgId: store host (4 + 4 bytes) and log offset (8), upper-case hex."""
+    return F.upper(
+        F.concat(
+            F.lpad(F.hex(ip), 8, "0"), F.lpad(F.hex(port), 8, "0"), F.lpad(F.hex(phys), 16, "0")
+        )
+    )
+
+
+def _group_of(topic: Column) -> Column:
+    return (
+        F.when(topic.startswith(RETRY_PREFIX), F.substring(topic, len(RETRY_PREFIX) + 1, 1 << 20))
+        .when(topic.startswith(DLQ_PREFIX), F.substring(topic, len(DLQ_PREFIX) + 1, 1 << 20))
+        .otherwise(F.lit(None).cast("string"))
+    )
+
+
+def to_messages(raw: DataFrame, run: int) -> DataFrame:
+    """RAW_MESSAGE rows -> MESSAGES rows (a select in the table's column order)."""
+    props = F.col("properties")
+    prop = props.getItem
+    delivery = F.when(
+        F.col("topic") == SCHEDULE_TOPIC, F.coalesce(prop(REAL_TOPIC), F.col("topic"))
+    )
+    delivery = delivery.otherwise(F.col("topic"))
+    store_ts = F.col("store_ts")
+    store_date = F.when(
+        store_ts.between(0, _MAX_MS),
+        F.date_format(F.timestamp_millis(store_ts), "yyyy-MM-dd"),
+    ).otherwise(F.lit("invalid"))
+    df = raw.withColumn("properties", parse_properties(F.col("properties_raw")))
+    df = df.withColumn("delivery_topic", delivery)
+    columns = {
+        "msg_id": _offset_msg_id(F.col("store_ip"), F.col("store_port"), F.col("phys_offset")),
+        "uniq_key": prop(UNIQ_KEY),
+        "keys": prop(KEYS),
+        "tags": prop(TAGS),
+        "born_host": _ipv4(F.col("born_ip"), F.col("born_port")),
+        "store_host": _ipv4(F.col("store_ip"), F.col("store_port")),
+        "body_size": F.length("body"),
+        "original_topic": F.coalesce(prop(RETRY_TOPIC), prop(REAL_TOPIC), F.col("topic")),
+        "origin_msg_id": F.coalesce(prop(ORIGIN_MESSAGE_ID), prop(UNIQ_KEY)),
+        "consumer_group": _group_of(F.col("delivery_topic")),
+        "is_retry": F.col("delivery_topic").startswith(RETRY_PREFIX),
+        "is_dlq": F.col("delivery_topic").startswith(DLQ_PREFIX),
+        "is_scheduled": F.col("topic") == SCHEDULE_TOPIC,
+        "delay_level": prop(DELAY).try_cast("int"),
+        "ingest_run": F.lit(run).cast("long"),
+        "store_date": store_date,
+    }
+    return df.withColumns(columns).select(*[f.name for f in MESSAGES.fields])
