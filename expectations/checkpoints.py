@@ -1,0 +1,179 @@
+"""Gates: validate a table's DataFrame with its suite; a failed gate stops the task, saying why.
+
+A gate first runs its suite pass/fail only (few Spark jobs: GX bundles the counts). Only if
+that fails, a second checkpoint re-runs just the failed expectations with sample failing
+rows named by the table's row id columns (each sample is a Spark job of its own). Data Docs
+show both: the verdict over the whole suite, then the evidence for what failed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import great_expectations as gx
+from great_expectations.core.run_identifier import RunIdentifier
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame
+
+from expectations.context import GateContext, shared_context
+from expectations.results import GateResult, summarize
+from expectations.suites import SPECS
+from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
+
+
+class GateFailed(Exception):
+    """Gates failed; the message names each table, failed expectation and sample rows.
+
+    `results` holds the failed gates; `summary` the whole run's JSON-able summary when the
+    failure comes from run_all_gates (a task can still hand it to the report).
+    """
+
+    def __init__(
+        self,
+        results: list[GateResult],
+        docs_index: str | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        self.results = results
+        self.summary = summary
+        lines = ["data quality gate failed:"]
+        lines += [r.describe() for r in results]
+        if docs_index is not None:
+            lines.append(f"Data Docs: {docs_index}")
+        super().__init__("\n".join(lines))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _context(context: GateContext | None, docs_dir: Path | str | None) -> GateContext:
+    if context is not None:
+        return context
+    return shared_context(None if docs_dir is None else Path(docs_dir).resolve())
+
+
+def _checked(df: DataFrame, table: str, spec: SuiteSpec | None, suite: Any) -> DataFrame:
+    """The derived check columns added, then only the columns the gate reads (GX caches them)."""
+    if spec is not None and spec.prepare is not None:
+        try:
+            df = spec.prepare(df)
+        except AnalysisException as e:
+            raise ValueError(f"table {table!r}: cannot derive its check columns: {e}") from e
+    wanted = referenced_columns(suite) | set(spec.row_id if spec else ())
+    return df.select(*[c for c in df.columns if c in wanted])
+
+
+def _only(checkpoint_result: Any) -> Any:
+    (validation,) = checkpoint_result.run_results.values()
+    return validation
+
+
+def run_gate(
+    df: DataFrame,
+    table: str,
+    suite: gx.ExpectationSuite | None = None,
+    params: Mapping[str, Any] | None = None,
+    docs_dir: Path | str | None = None,
+    *,
+    context: GateContext | None = None,
+    raise_on_failure: bool = True,
+    run_name: str | None = None,
+) -> GateResult:
+    """Validate `df` as `table` with `suite` (default: the table's own) and `params`.
+
+    Unset parameters take the suite's defaults. Without `context` the process-wide context
+    for `docs_dir` is used. Raises GateFailed on failure unless `raise_on_failure` is false.
+    """
+    ctx = _context(context, docs_dir)
+    spec = SPECS.get(table)
+    suite = suite if suite is not None else ctx.suite_for(table)
+    values = resolve_parameters(suite, spec.defaults if spec else {}, params or {})
+    checked = _checked(df, table, spec, suite)
+    row_id = tuple(c for c in (spec.row_id if spec else ()) if c in checked.columns)
+    gate = ctx.gate(table, suite, row_id)
+    name = run_name or f"gate-{table}"
+    started = time.perf_counter()
+    try:
+        verdict = _only(gate.quick.run(**_run_args(checked, values, name)))
+        failed = {r.expectation_config.id for r in verdict.results if not r.success}
+        declared, evidence = gate.stored, None
+        if failed:
+            declared, detail = ctx.detail(gate, failed)
+            evidence = _only(detail.run(**_run_args(checked, values, name + "-failed")))
+    finally:
+        checked.unpersist()
+    docs = None if ctx.docs_index is None else str(ctx.docs_index)
+    result = summarize(
+        table, suite.name, verdict, evidence, declared, values, time.perf_counter() - started, docs
+    )
+    if raise_on_failure and not result.success:
+        raise GateFailed([result], docs)
+    return result
+
+
+def _run_args(df: DataFrame, values: Mapping[str, Any], run_name: str) -> dict[str, Any]:
+    now = datetime.datetime.now(datetime.UTC)
+    return {
+        "batch_parameters": {"dataframe": df},
+        "expectation_parameters": dict(values),
+        "run_id": RunIdentifier(run_name=run_name, run_time=now),
+    }
+
+
+def run_all_gates(
+    tables: Mapping[str, DataFrame],
+    docs_dir: Path | str | None = None,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    context: GateContext | None = None,
+    raise_on_failure: bool = True,
+    run_name: str | None = None,
+    progress: Callable[[str], None] | None = _stderr,
+) -> dict[str, Any]:
+    """Gate every table of a lake (name -> DataFrame) in one context; a JSON-able summary.
+
+    `params` maps table -> parameter overrides. Tables without a suite are listed under
+    `unvalidated`, not skipped silently. Raises GateFailed (carrying the summary) after all
+    tables ran if any failed, unless `raise_on_failure` is false.
+    """
+    params = params or {}
+    stray = sorted(set(params) - set(tables))
+    if stray:
+        raise ValueError(f"parameters given for tables not in the lake: {', '.join(stray)}")
+    ctx = _context(context, docs_dir)
+    started = time.perf_counter()
+    results: dict[str, GateResult] = {}
+    for table, df in tables.items():
+        if table not in SPECS:
+            continue
+        result = run_gate(
+            df,
+            table,
+            params=params.get(table),
+            context=ctx,
+            raise_on_failure=False,
+            run_name=run_name,
+        )
+        results[table] = result
+        if progress is not None:
+            state = "passed" if result.success else f"FAILED {len(result.failures)} of"
+            progress(f"gate {table}: {state} {result.evaluated} expectations, {result.seconds} s")
+    docs = None if ctx.docs_index is None else str(ctx.docs_index)
+    summary: dict[str, Any] = {
+        "success": all(r.success for r in results.values()),
+        "run_name": run_name,
+        "docs_index": docs,
+        "seconds": round(time.perf_counter() - started, 3),
+        "tables": {t: r.to_dict() for t, r in results.items()},
+        "unvalidated": sorted(set(tables) - set(results)),
+    }
+    failed = [r for r in results.values() if not r.success]
+    if raise_on_failure and failed:
+        raise GateFailed(failed, docs, summary)
+    return summary

@@ -1,0 +1,175 @@
+"""The one GX Data Context of a run: a Spark data source and, per table, its checkpoints.
+
+Per table the context holds one dataframe asset with a whole-dataframe batch definition, one
+validation definition per table and suite, and two checkpoints over it: `quick` (pass/fail
+per expectation, cheap on Spark) and `detail` (sample failing rows named by the table's row
+id columns), both with an UpdateDataDocsAction when Data Docs are on.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import great_expectations as gx
+from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.data_context.types.base import ProgressBarsConfig
+
+from expectations.suites import spec_for
+
+SOURCE = "lakehouse"
+SITE = "mqaudit"
+BATCH = "whole"
+
+
+@dataclass
+class Gate:
+    """A table's registered quick checkpoint for one suite."""
+
+    table: str
+    suite: gx.ExpectationSuite  # as handed in (identity marks it registered)
+    stored: gx.ExpectationSuite  # as the context keeps it, with expectation ids
+    row_id: tuple[str, ...]
+    quick: gx.Checkpoint
+
+
+class GateContext:
+    """GX set up once per run; `gate()` registers a table's objects on first use only.
+
+    `project_dir=None` keeps suites and results in memory (Data Docs show this run); a folder
+    makes a file context there, whose stored results let Data Docs list earlier runs too.
+    `docs_dir=None` writes no Data Docs.
+    """
+
+    def __init__(
+        self,
+        docs_dir: Path | str | None = None,
+        project_dir: Path | str | None = None,
+        *,
+        sample_rows: int = 20,
+        detail_format: str = "SUMMARY",
+    ) -> None:
+        if project_dir is None:
+            self.gx: Any = gx.get_context(mode="ephemeral")
+        else:
+            self.gx = gx.get_context(mode="file", project_root_dir=Path(project_dir))
+        self.gx.enable_analytics(False)
+        # tqdm bars per metric would fill a task log; the gates report their own progress.
+        self.gx.variables.progress_bars = ProgressBarsConfig(
+            globally=False, metric_calculations=False
+        )
+        self.docs_dir = Path(docs_dir).resolve() if docs_dir is not None else None
+        self.sample_rows = sample_rows
+        self.detail_format = detail_format
+        self._configure_docs()
+        self._source = self._spark_source()
+        self._gates: dict[tuple[str, str], Gate] = {}
+        self._suites: dict[str, gx.ExpectationSuite] = {}
+
+    @property
+    def docs_index(self) -> Path | None:
+        """Data Docs' index.html (written by the first checkpoint run)."""
+        return None if self.docs_dir is None else self.docs_dir / "index.html"
+
+    def _configure_docs(self) -> None:
+        for name in list(self.gx.list_data_docs_sites()):
+            self.gx.delete_data_docs_site(name)
+        if self.docs_dir is not None:
+            self.gx.add_data_docs_site(
+                SITE,
+                {
+                    "class_name": "SiteBuilder",
+                    "show_how_to_buttons": False,
+                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                    "store_backend": {
+                        "class_name": "TupleFilesystemStoreBackend",
+                        "base_directory": str(self.docs_dir),
+                    },
+                },
+            )
+
+    def _spark_source(self) -> Any:
+        # persist=True: GX caches the batch, so its many metric jobs scan memory, not files.
+        try:
+            return self.gx.data_sources.get(SOURCE)
+        except KeyError:
+            return self.gx.data_sources.add_spark(name=SOURCE, persist=True)
+
+    def _batch_definition(self, table: str) -> Any:
+        try:
+            asset = self._source.get_asset(table)
+        except LookupError:
+            asset = self._source.add_dataframe_asset(name=table)
+        try:
+            return asset.get_batch_definition(BATCH)
+        except KeyError:
+            return asset.add_batch_definition_whole_dataframe(BATCH)
+
+    def suite_for(self, table: str) -> gx.ExpectationSuite:
+        """The table's own suite, built once per context."""
+        if table not in self._suites:
+            self._suites[table] = spec_for(table).build()
+        return self._suites[table]
+
+    def _register(
+        self, table: str, suite: gx.ExpectationSuite, result_format: dict[str, Any]
+    ) -> tuple[gx.ExpectationSuite, gx.Checkpoint]:
+        stored = self.gx.suites.add_or_update(suite)
+        validation = self.gx.validation_definitions.add_or_update(
+            gx.ValidationDefinition(
+                name=f"{table}.{stored.name}", data=self._batch_definition(table), suite=stored
+            )
+        )
+        actions = (
+            [] if self.docs_dir is None else [UpdateDataDocsAction(name="docs", site_names=[SITE])]
+        )
+        checkpoint = self.gx.checkpoints.add_or_update(
+            gx.Checkpoint(
+                name=f"gate.{table}.{stored.name}",
+                validation_definitions=[validation],
+                actions=actions,
+                result_format=result_format,
+            )
+        )
+        return stored, checkpoint
+
+    def gate(self, table: str, suite: gx.ExpectationSuite, row_id: tuple[str, ...]) -> Gate:
+        """The pass/fail checkpoint validating `table` with `suite`, registered on first use."""
+        key = (table, suite.name)
+        known = self._gates.get(key)
+        if known is not None and known.suite is suite and known.row_id == row_id:
+            return known
+        stored, quick = self._register(table, suite, {"result_format": "BOOLEAN_ONLY"})
+        gate = Gate(table, suite, stored, row_id, quick)
+        self._gates[key] = gate
+        return gate
+
+    def detail(self, gate: Gate, failed: set[str]) -> tuple[gx.ExpectationSuite, gx.Checkpoint]:
+        """A checkpoint re-running only the `failed` expectations (by id), with sample rows.
+
+        Samples cost a Spark job per expectation, so they are fetched for failures only.
+        """
+        expectations = []
+        for expectation in gate.stored.expectations:
+            if expectation.id in failed:
+                again = expectation.configuration.to_domain_obj()
+                again.id = None
+                expectations.append(again)
+        suite = gx.ExpectationSuite(name=f"{gate.stored.name}.failed", expectations=expectations)
+        return self._register(
+            gate.table,
+            suite,
+            {
+                "result_format": self.detail_format,
+                "unexpected_index_column_names": list(gate.row_id),
+                "partial_unexpected_count": self.sample_rows,
+            },
+        )
+
+
+@functools.cache
+def shared_context(docs_dir: Path | None) -> GateContext:
+    """One in-memory context per process and docs folder, so that gates share it."""
+    return GateContext(docs_dir)

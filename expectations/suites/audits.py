@@ -1,0 +1,203 @@
+"""Suites for the audit tables: the rows are findings, the gates hold them to thresholds.
+
+Every audit table has `msg_id`, `group` (null where not per group), `kind`, `cause` and
+`count`; the columns named below beyond those are the contract with the audit jobs. Each
+suite checks the findings are well formed (kind known, cause given, counts that make sense)
+and, through parameters, how many findings a run may have before its gate fails. Thresholds
+default to a healthy cluster; a DAG that wants the report regardless runs these gates with
+`raise_on_failure=False` and shows the outcome in the report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.expectations.row_conditions import Column
+
+from expectations.derived import with_latest_snapshot
+from expectations.suites.common import SuiteSpec, at_least, not_null, param
+
+DUPLICATE_KINDS = ["stored_twice", "delivered_twice", "duplicate_effect"]
+DUPLICATE_EFFECT = "duplicate_effect"  # two CONSUMED outcomes: processed twice, not just seen
+LOSS_KINDS = ["lost_after_ack", "never_delivered", "expired_before_consumed"]
+LAG_STATUSES = ["OK", "WARN", "STALLED", "STOPPED"]
+CONSISTENCY_KINDS = ["cq_without_message", "offset_regression", "queue_offset_gap"]
+
+_FINDING_ID = ("kind", "cause", "group", "msg_id", "count")
+
+
+def _finding(table: str, kinds: str, min_count: int, *more: gxe.Expectation) -> gx.ExpectationSuite:
+    """The shared shape: kind in the `kinds` parameter's set, cause given, count >= min_count."""
+    return gx.ExpectationSuite(
+        name=table,
+        expectations=[
+            gxe.ExpectColumnToExist(column="msg_id"),
+            gxe.ExpectColumnToExist(column="group"),
+            *not_null(["kind", "cause", "count"]),
+            gxe.ExpectColumnValuesToBeInSet(column="kind", value_set=param(kinds)),
+            *at_least(min_count, ["count"]),
+            *more,
+        ],
+    )
+
+
+def _at_most(name: str, **condition: Any) -> gxe.Expectation:
+    return gxe.ExpectTableRowCountToBeBetween(min_value=0, max_value=param(name), **condition)
+
+
+def audit_duplicates_suite() -> gx.ExpectationSuite:
+    """Duplicates name the message and happened at least twice; effects are bounded."""
+    return _finding(
+        "audit_duplicates",
+        "duplicate_kinds",
+        2,
+        *not_null(["msg_id"]),
+        _at_most("max_duplicate_effects", row_condition=Column("kind") == DUPLICATE_EFFECT),
+    )
+
+
+def audit_losses_suite() -> gx.ExpectationSuite:
+    return _finding("audit_losses", "loss_kinds", 1, *not_null(["msg_id"]), _at_most("max_losses"))
+
+
+def audit_lag_suite() -> gx.ExpectationSuite:
+    """One row per group, queue and snapshot; today's lag within the thresholds."""
+    latest = Column("is_latest") == True  # noqa: E712 (a GX condition, not a test)
+    return _finding(
+        "audit_lag",
+        "lag_kinds",
+        0,
+        *not_null(["group", "topic", "broker", "queue_id", "snapshot_ts", "lag_messages"]),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["group", "topic", "broker", "queue_id", "snapshot_ts"]
+        ),
+        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=LAG_STATUSES),
+        *at_least(0, ["lag_messages", "lag_ms"]),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="lag_messages", max_value=param("max_lag_messages"), row_condition=latest
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="lag_ms", max_value=param("max_lag_ms"), row_condition=latest
+        ),
+        gxe.ExpectColumnValuesToNotBeInSet(
+            column="status", value_set=param("failing_lag_statuses"), row_condition=latest
+        ),
+    )
+
+
+def audit_dead_letters_suite() -> gx.ExpectationSuite:
+    """Every dead letter named per group; how many and how old ones may wait unreplayed."""
+    waiting = Column("replayed") == False  # noqa: E712
+    return _finding(
+        "audit_dead_letters",
+        "dead_letter_kinds",
+        1,
+        *not_null(["msg_id", "group", "age_ms", "replayed"]),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=["group", "msg_id"]),
+        *at_least(0, ["age_ms"]),
+        _at_most("max_dead_letters", row_condition=waiting),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="age_ms", max_value=param("max_dead_letter_age_ms"), row_condition=waiting
+        ),
+    )
+
+
+def resend_candidates_suite() -> gx.ExpectationSuite:
+    """One candidate per stub (seed 002 6.5.1); how many may be due at once."""
+    return _finding(
+        "resend_candidates",
+        "resend_kinds",
+        1,
+        *not_null(["msg_id"]),
+        gxe.ExpectColumnValuesToBeUnique(column="msg_id"),
+        _at_most("max_resend_candidates"),
+    )
+
+
+def manual_handling_suite() -> gx.ExpectationSuite:
+    """Stubs at max send count (seed 002 6.5.3): each once; a person must look at them."""
+    return _finding(
+        "manual_handling",
+        "manual_kinds",
+        1,
+        *not_null(["msg_id"]),
+        gxe.ExpectColumnValuesToBeUnique(column="msg_id"),
+        _at_most("max_manual_handling"),
+    )
+
+
+def consistency_suite() -> gx.ExpectationSuite:
+    return _finding("consistency", "consistency_kinds", 1, _at_most("max_consistency_rows"))
+
+
+_DAY_MS = 86_400_000
+SPECS = [
+    SuiteSpec(
+        "audit_duplicates",
+        audit_duplicates_suite,
+        {"duplicate_kinds": DUPLICATE_KINDS, "max_duplicate_effects": 0},
+        _FINDING_ID,
+        doc={"max_duplicate_effects": f"at most this many `{DUPLICATE_EFFECT}` rows"},
+    ),
+    SuiteSpec(
+        "audit_losses",
+        audit_losses_suite,
+        {"loss_kinds": LOSS_KINDS, "max_losses": 0},
+        _FINDING_ID,
+        doc={"max_losses": "at most this many lost messages"},
+    ),
+    SuiteSpec(
+        "audit_lag",
+        audit_lag_suite,
+        {
+            "lag_kinds": ["lag"],
+            "max_lag_messages": 10_000,
+            "max_lag_ms": 15 * 60_000,
+            "failing_lag_statuses": ["STALLED", "STOPPED"],
+        },
+        ("group", "topic", "broker", "queue_id", "snapshot_ts", "lag_messages", "lag_ms", "status"),
+        with_latest_snapshot,
+        doc={
+            "max_lag_messages": "latest snapshot: lag in messages per group and queue",
+            "max_lag_ms": "latest snapshot: age of the oldest unconsumed message",
+            "failing_lag_statuses": "latest snapshot: statuses that fail the gate",
+        },
+    ),
+    SuiteSpec(
+        "audit_dead_letters",
+        audit_dead_letters_suite,
+        {
+            "dead_letter_kinds": ["dead_lettered"],
+            "max_dead_letters": 100,
+            "max_dead_letter_age_ms": 7 * _DAY_MS,
+        },
+        ("group", "msg_id", "original_topic", "age_ms", "replayed", "cause"),
+        doc={
+            "max_dead_letters": "at most this many dead letters not yet replayed",
+            "max_dead_letter_age_ms": "no unreplayed dead letter older than this",
+        },
+    ),
+    SuiteSpec(
+        "resend_candidates",
+        resend_candidates_suite,
+        {"resend_kinds": ["resend_due"], "max_resend_candidates": None},
+        _FINDING_ID,
+        doc={"max_resend_candidates": "at most this many candidates (None: no limit)"},
+    ),
+    SuiteSpec(
+        "manual_handling",
+        manual_handling_suite,
+        {"manual_kinds": ["max_send_count"], "max_manual_handling": 0},
+        _FINDING_ID,
+        doc={"max_manual_handling": "at most this many stubs waiting for a person"},
+    ),
+    SuiteSpec(
+        "consistency",
+        consistency_suite,
+        {"consistency_kinds": CONSISTENCY_KINDS, "max_consistency_rows": 0},
+        _FINDING_ID,
+        doc={"max_consistency_rows": "at most this many consistency findings"},
+    ),
+]

@@ -1,0 +1,109 @@
+"""Suites for the ledgers: `message_stub` (producer side) and `message_log` (consumer side).
+
+Value sets are the ledger schema's own enums (broker_runtime/ledger/schema.py); the send
+count bound is the resend job's max send count, a parameter because deployments set it.
+"""
+
+from __future__ import annotations
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.expectations.row_conditions import Column
+
+from expectations.suites.common import (
+    MIN_TIMESTAMP_MS,
+    SuiteSpec,
+    at_least,
+    legal_names,
+    not_before,
+    not_null,
+    param,
+)
+
+MESSAGE_STUB = "message_stub"
+MESSAGE_LOG = "message_log"
+
+STUB_STATUSES = ["UNCONFIRMED", "CONFIRMED", "VOID"]
+LOG_OUTCOMES = ["CONSUMED", "RECONSUME_LATER", "FAILED"]  # NULL while in progress
+
+STUB_DEFAULTS = {
+    # The resend job's max send count (seed 002 6.5.3): a stub never goes past it.
+    "max_send_count": 16,
+    "min_timestamp_ms": MIN_TIMESTAMP_MS,
+}
+LOG_DEFAULTS = {
+    "max_reconsume_times": 16,
+    "min_timestamp_ms": MIN_TIMESTAMP_MS,
+}
+
+
+def message_stub_suite() -> gx.ExpectationSuite:
+    """One stub per msg id, a known status, a sha256 body hash, times in order."""
+    return gx.ExpectationSuite(
+        name=MESSAGE_STUB,
+        expectations=[
+            *not_null(
+                ["msg_id", "topic", "body_hash", "status", "send_count", "created_at", "updated_at"]
+            ),
+            gxe.ExpectColumnValuesToBeUnique(column="msg_id"),
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
+            *legal_names(["topic"]),
+            gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=r"^[0-9a-f]{64}\z"),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="send_count", min_value=0, max_value=param("max_send_count")
+            ),
+            *at_least(0, ["queue_id", "queue_offset"]),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="created_at", min_value=param("min_timestamp_ms")
+            ),
+            not_before("updated_at", "created_at"),
+        ],
+    )
+
+
+def message_log_suite() -> gx.ExpectationSuite:
+    """One row per delivery; a known outcome, finished after received when finished."""
+    return gx.ExpectationSuite(
+        name=MESSAGE_LOG,
+        expectations=[
+            *not_null(["id", "msg_id", "topic", "group", "client_id", "received_at"]),
+            gxe.ExpectColumnValuesToBeUnique(column="id"),
+            *legal_names(["topic", "group"]),
+            gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=LOG_OUTCOMES),
+            # A delivery with an outcome has finished: the two are written together.
+            gxe.ExpectColumnValuesToNotBeNull(
+                column="finished_at", row_condition=Column("outcome").is_not_null()
+            ),
+            not_before("finished_at", "received_at"),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="reconsume_times", min_value=0, max_value=param("max_reconsume_times")
+            ),
+            *at_least(0, ["queue_id", "queue_offset"]),
+            gxe.ExpectColumnValuesToBeBetween(
+                column="received_at", min_value=param("min_timestamp_ms")
+            ),
+        ],
+    )
+
+
+_TIMESTAMP_DOC = "timestamps are epoch milliseconds at least this large"
+STUB_SPEC = SuiteSpec(
+    MESSAGE_STUB,
+    message_stub_suite,
+    STUB_DEFAULTS,
+    ("msg_id", "topic", "status", "send_count", "broker", "queue_id", "queue_offset"),
+    doc={
+        "max_send_count": "send_count in [0, max_send_count]",
+        "min_timestamp_ms": _TIMESTAMP_DOC,
+    },
+)
+LOG_SPEC = SuiteSpec(
+    MESSAGE_LOG,
+    message_log_suite,
+    LOG_DEFAULTS,
+    ("id", "msg_id", "group", "client_id", "broker", "queue_id", "queue_offset", "outcome"),
+    doc={
+        "max_reconsume_times": "reconsume_times in [0, max_reconsume_times]",
+        "min_timestamp_ms": _TIMESTAMP_DOC,
+    },
+)

@@ -1,0 +1,73 @@
+"""Suite for `quarantine`: byte ranges of broker files that could not be parsed.
+
+A range is `final` once the reader knows it is damage; a non-final range is the log's last
+unit, possibly a write in flight, and is looked at again by the next ingest.
+"""
+
+from __future__ import annotations
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.expectations.row_conditions import Column
+
+from expectations.suites.common import SuiteSpec, at_least, not_null, param
+
+TABLE = "quarantine"
+
+DEFAULTS = {
+    # Final (certainly damaged) ranges allowed: 0 = the quarantine must be empty.
+    "max_quarantine_rows": 0,
+    # Non-final tails allowed; None = any number (one per store is normal while writing).
+    "max_pending_quarantine_rows": None,
+    # The record codec's reasons plus the reader's own for zero gaps and trailing garbage.
+    "quarantine_reasons": [
+        "torn",
+        "bad_magic",
+        "bad_size",
+        "bad_lengths",
+        "bad_crc",
+        "zero_gap",
+        "garbage",
+    ],
+}
+
+DOC = {
+    "max_quarantine_rows": "at most this many final (certainly damaged) ranges",
+    "max_pending_quarantine_rows": "at most this many non-final tail ranges (None: no limit)",
+    "quarantine_reasons": "the reasons a range may carry",
+}
+
+
+def quarantine_suite() -> gx.ExpectationSuite:
+    """Empty or below a threshold; every range located, sized and explained."""
+    return gx.ExpectationSuite(
+        name=TABLE,
+        expectations=[
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=0,
+                max_value=param("max_quarantine_rows"),
+                row_condition=Column("final") == True,  # noqa: E712 (a GX condition, not a test)
+            ),
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=0,
+                max_value=param("max_pending_quarantine_rows"),
+                row_condition=Column("final") == False,  # noqa: E712
+            ),
+            *not_null(["broker", "broker_id", "file", "position", "length", "reason", "final"]),
+            gxe.ExpectCompoundColumnsToBeUnique(
+                column_list=["broker", "broker_id", "log_offset", "reason"]
+            ),
+            *at_least(0, ["position", "log_offset"]),
+            *at_least(1, ["length"]),
+            gxe.ExpectColumnValuesToBeInSet(column="reason", value_set=param("quarantine_reasons")),
+        ],
+    )
+
+
+SPEC = SuiteSpec(
+    TABLE,
+    quarantine_suite,
+    DEFAULTS,
+    ("broker", "broker_id", "file", "position", "length", "reason", "final"),
+    doc=DOC,
+)
