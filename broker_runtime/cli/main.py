@@ -11,7 +11,15 @@ import argparse
 import sys
 from importlib.metadata import entry_points
 
-from broker_runtime.cli import cluster_cmd, demo_cmd, node_cmd, store_cmd
+from broker_runtime.cli import (
+    admin_cmd,
+    cluster_cmd,
+    consume_cmd,
+    demo_cmd,
+    node_cmd,
+    produce_cmd,
+    store_cmd,
+)
 from broker_runtime.common.topics import InvalidNameError
 from broker_runtime.store.record_codec import MessageRejected
 
@@ -23,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_parser(sub)
     node_cmd.add_parser(sub)
     cluster_cmd.add_parser(sub)
+    produce_cmd.add_parser(sub)
+    consume_cmd.add_parser(sub)
+    admin_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="mqaudit.commands"), key=lambda e: e.name):
         ep.load()(sub)
     return parser

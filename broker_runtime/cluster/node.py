@@ -14,6 +14,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from broker_runtime.common import aio
+
 EXIT_PORT_IN_USE = 3
 EXIT_FAILED = 1
 
@@ -58,7 +60,7 @@ def run_node(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[
         return 0
 
     try:
-        return asyncio.run(main())
+        return aio.run(main())
     except Exception:
         log.exception("node failed")
         return EXIT_FAILED

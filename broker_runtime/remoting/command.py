@@ -90,7 +90,9 @@ class RemotingCommand:
             opaque=opaque,
             flag=flag,
             remark=remark if isinstance(remark, str) else None,
-            ext_fields={str(k): _wire_str(v) for k, v in ext.items()},
+            ext_fields=ext
+            if all(type(v) is str for v in ext.values())  # as every client sends them
+            else {str(k): _wire_str(v) for k, v in ext.items()},
             body=body,
             version=header.get("version", 0) if isinstance(header.get("version"), int) else 0,
             language=str(header.get("language", "JAVA")),
@@ -99,6 +101,11 @@ class RemotingCommand:
 
 def _wire_str(value: object) -> str:
     """Java sends every extField as a string; be lenient with numbers and booleans."""
+    kind = type(value)
+    if kind is str:
+        return value  # type: ignore[return-value]
+    if kind is int:  # the common case on the send path: str() is ~10x json.dumps
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand
 from broker_runtime.remoting.framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameError, encode
@@ -56,8 +57,8 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport; uvloop's are not asyncio.Transport subclasses, so no isinstance.
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -104,21 +105,27 @@ class Connection(asyncio.Protocol):
         self._transport.write(encode(cmd))
 
     async def drain(self) -> None:
-        await self._writable.wait()
+        if not self._writable.is_set():
+            await self._writable.wait()
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `cmd` and wait for the response with its opaque."""
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[cmd.opaque] = fut
+        # A timer on the future rather than asyncio.wait_for: no extra future and callback
+        # per request on the hot path.
+        timer = loop.call_later(timeout, _expire, fut)
         try:
             self.send(cmd)
             await self.drain()
-            return await asyncio.wait_for(fut, timeout)
+            return await fut
         except TimeoutError:
             raise RemotingTimeoutError(
                 f"{self.peer}: no response to request {cmd.code} within {timeout:g} s"
             ) from None
         finally:
+            timer.cancel()
             self._pending.pop(cmd.opaque, None)
 
     async def oneway(self, cmd: RemotingCommand) -> None:
@@ -133,6 +140,11 @@ class Connection(asyncio.Protocol):
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
+
+
+def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 async def connect(

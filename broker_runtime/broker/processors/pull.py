@@ -79,6 +79,10 @@ class PullProcessor:
             )
         if h.max_msg_nums <= 0:
             return response_to(cmd, R.SYSTEM_ERROR, f"maxMsgNums {h.max_msg_nums} must be positive")
+        if ctl.is_master and h.commit_offset >= 0:
+            # On arrival, as RocketMQ (only the first, suspendable pass stores it): committed
+            # after a long hold it would overwrite a newer UPDATE_CONSUMER_OFFSET.
+            ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
         flt = parse_subscription(h.subscription)
         store = ctl.require_store()
         key = (h.topic, h.queue_id)
@@ -119,8 +123,6 @@ class PullProcessor:
                 code, suggest, body = R.PULL_RETRY_IMMEDIATELY, MASTER_ID, b""
             elif code == R.PULL_OFFSET_MOVED:  # a slave may just be behind: no correction
                 code, suggest = R.PULL_RETRY_IMMEDIATELY, group.broker_id
-        if ctl.is_master and h.commit_offset >= 0:
-            ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
         out = PullMessageResponseHeader(
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,

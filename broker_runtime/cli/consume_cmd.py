@@ -1,0 +1,110 @@
+"""`mqaudit consume`: consume a topic as a group member until `--count` messages arrived or
+none arrived for `--timeout` seconds; the last stdout line is
+`{"consumed": .., "unique": ..}` (deliveries, and distinct message ids among them)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from broker_runtime.cli.client_args import Progress, add_target, client_config, parse_time_ms
+from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.model import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    MessageModel,
+    ReceivedMessage,
+)
+from broker_runtime.client.push_consumer import PushConsumer
+from broker_runtime.common import aio
+
+FROM = {
+    "first": ConsumeFromWhere.FIRST_OFFSET,
+    "last": ConsumeFromWhere.LAST_OFFSET,
+    "timestamp": ConsumeFromWhere.TIMESTAMP,
+}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("consume", help="consume a topic as a member of a group")
+    add_target(p)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, default=None, help="stop after this many messages")
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="stop after this many seconds with no message"
+    )
+    p.add_argument("--tags", default="*", help="tag expression: * or 'TAGA || TAGB'")
+    p.add_argument(
+        "--from",
+        dest="consume_from",
+        choices=sorted(FROM),
+        default="first",
+        help="where a group without a committed offset starts",
+    )
+    p.add_argument("--timestamp", default=None, help="with --from timestamp: ms, ISO or now")
+    p.add_argument("--broadcast", action="store_true", help="broadcasting instead of clustering")
+    p.add_argument("--offsets-dir", type=Path, default=None, help="broadcasting offset files")
+    p.add_argument("--threads", type=int, default=8, help="messages consumed at once")
+    p.set_defaults(func=cmd_consume)
+
+
+async def consume(args: argparse.Namespace) -> dict[str, int]:
+    seen: set[str] = set()
+    counts = {"consumed": 0, "unique": 0}
+    progress = Progress()
+    enough = asyncio.Event()
+    last_arrival = [time.monotonic()]
+
+    async def listener(msgs: list[ReceivedMessage], ctx: ConsumeContext) -> ConsumeStatus:
+        for m in msgs:
+            counts["consumed"] += 1
+            seen.add(m.msg_id)
+        counts["unique"] = len(seen)
+        last_arrival[0] = time.monotonic()
+        if args.count is not None and counts["consumed"] >= args.count:
+            enough.set()
+        progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    offsets_dir = args.offsets_dir
+    if offsets_dir is None and args.data_dir is not None:
+        offsets_dir = args.data_dir / "consumer-offsets"
+    consumer = PushConsumer(
+        client_config(args),
+        args.group,
+        listener,
+        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+        consume_from=FROM[args.consume_from],
+        consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+        threads=args.threads,
+        offsets_dir=offsets_dir,
+        suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
+    )
+    consumer.subscribe(args.topic, args.tags)
+    await consumer.start()
+    try:
+        while not enough.is_set() and time.monotonic() - last_arrival[0] < args.timeout:
+            try:
+                await asyncio.wait_for(enough.wait(), 0.2)
+            except TimeoutError:
+                progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+    finally:
+        await consumer.shutdown(grace_s=5.0)
+    progress.done(f"consumed {counts['consumed']} unique {counts['unique']}")
+    return counts
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    if args.count is not None and args.count <= 0:
+        raise ValueError("--count must be positive")
+    if args.timeout <= 0 or args.threads <= 0:
+        raise ValueError("--timeout and --threads must be positive")
+    if args.consume_from == "timestamp" and args.timestamp is None:
+        raise ValueError("--from timestamp needs --timestamp")
+    counts = aio.run(consume(args))
+    print(json.dumps(counts))
+    return 0

@@ -1,0 +1,53 @@
+"""Tag subscription expressions: `*` or `TAGA || TAGB`, as RocketMQ's FilterAPI parses them.
+
+The broker filters by the tag hash codes in the ConsumeQueue; two tags can share a hash, so
+the client checks the tag strings again (PullAPIWrapper.processPullResult).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker_runtime.common.java_hash import tags_code
+
+SUB_ALL = "*"
+
+
+class SubscriptionError(ValueError):
+    """An expression that names no tag (for example `||`)."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topic: str
+    expression: str  # normalised: "*" or "A || B"
+    tags: frozenset[str]  # empty for "*"
+    codes: frozenset[int]
+
+    @property
+    def all(self) -> bool:
+        return not self.tags
+
+    def matches(self, tags: str | None) -> bool:
+        """Whether a message with TAGS `tags` belongs to this subscription (no tags: only `*`)."""
+        return not self.tags or (tags is not None and tags in self.tags)
+
+    def matches_code(self, code: int) -> bool:
+        """The broker's side of the check: the ConsumeQueue's tag hash code."""
+        return not self.codes or code in self.codes
+
+
+def parse(topic: str, expression: str | None) -> Subscription:
+    """Parse `expression`; None, "" and "*" subscribe to every message."""
+    text = (expression or "").strip()
+    if text in ("", SUB_ALL):
+        return Subscription(topic, SUB_ALL, frozenset(), frozenset())
+    tags = [t.strip() for t in text.split("||")]
+    kept = list(dict.fromkeys(t for t in tags if t))
+    if not kept:
+        raise SubscriptionError(f"tag expression {expression!r} names no tag")
+    if SUB_ALL in kept:
+        return Subscription(topic, SUB_ALL, frozenset(), frozenset())
+    return Subscription(
+        topic, " || ".join(kept), frozenset(kept), frozenset(tags_code(t) for t in kept)
+    )
