@@ -86,18 +86,14 @@ class ReplayRequest:
         )
 
 
-def _int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _time(name: str, value: object, problems: list[str]) -> int | None:
     if value is None or value == "":
         return None
-    if _int(value):
-        if int(value) < 0:  # type: ignore[call-overload]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
             problems.append(f"{name}: epoch ms must be >= 0, got {value}")
             return None
-        return int(value)  # type: ignore[call-overload]
+        return value
     if isinstance(value, str):
         try:
             return parse_time_ms(value.strip())
@@ -144,7 +140,7 @@ def _msg_ids(value: object, problems: list[str]) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         problems.append(f"msg_ids: give a list of message ids, got {type(value).__name__}")
         return ()
-    bad = [v for v in value if not isinstance(v, str) or not v.strip() or v != v.strip()]
+    bad = [v for v in value if not isinstance(v, str) or not v or any(c.isspace() for c in v)]
     if bad:
         problems.append(f"msg_ids: ids must be non-empty strings without spaces, got {bad[:3]}")
         return ()
@@ -179,13 +175,17 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
             "dead-letter queue must be asked for explicitly (e.g. from_time=0)"
         )
     max_messages = p["max_messages"]
-    if not _int(max_messages) or not 1 <= max_messages <= MAX_MESSAGES_LIMIT:  # type: ignore[operator]
+    if not (isinstance(max_messages, int) and not isinstance(max_messages, bool)) or not (
+        1 <= max_messages <= MAX_MESSAGES_LIMIT
+    ):
         problems.append(
             f"max_messages: an integer in [1, {MAX_MESSAGES_LIMIT}], got {max_messages!r}"
         )
+        max_messages = 0
     rate = p["messages_per_second"]
     if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= MAX_RATE:
         problems.append(f"messages_per_second: a number in (0, {MAX_RATE:g}], got {rate!r}")
+        rate = 0.0
     for flag in ("dry_run", "force"):
         if not isinstance(p[flag], bool):
             problems.append(f"{flag}: true or false, got {p[flag]!r}")
@@ -197,8 +197,8 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
         from_ms=from_ms,
         to_ms=to_ms,
         msg_ids=msg_ids,
-        max_messages=int(max_messages),  # type: ignore[call-overload]
-        messages_per_second=float(rate),  # type: ignore[arg-type]
+        max_messages=max_messages,
+        messages_per_second=float(rate),
         dry_run=bool(p["dry_run"]),
         force=bool(p["force"]),
     )

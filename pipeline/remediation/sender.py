@@ -92,16 +92,22 @@ class BrokerClient:
 class Pacer:
     """At most `rate` calls of `wait()` per second (sleeps until the next slot)."""
 
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate}")
         self.interval = 1.0 / rate
         self.clock = clock
+        self.sleep = sleep
         self._next: float | None = None
 
     def wait(self) -> None:
         now = self.clock()
         if self._next is not None and now < self._next:
-            time.sleep(self._next - now)
+            self.sleep(self._next - now)
             now = self._next
         self._next = now + self.interval
