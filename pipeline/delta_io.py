@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from pipeline.schemas import arrow_schema
 
 BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
 
@@ -149,8 +150,11 @@ class DeltaIO:
                 w = w.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
             w.save(path)
             return _last_output_rows(self.spark, path)
-        files = self._write_files(df, path, partition_by)
-        return self._commit(path, schema, partition_by, files, "append", txn)
+        stage, files = self._write_files(df, path, partition_by)
+        n = self._commit(path, schema, partition_by, files, "append", txn)
+        if n == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        return n
 
     def overwrite_partitions(
         self,
@@ -167,7 +171,7 @@ class DeltaIO:
             w = df.write.format("delta").mode("overwrite").option("replaceWhere", where)
             w.partitionBy(*partition_by).save(path)
             return
-        files = self._write_files(df, path, partition_by)
+        _, files = self._write_files(df, path, partition_by)
         filters = [(k, "=", v) for k, v in values.items()]
         self._commit(path, schema, partition_by, files, "overwrite", None, filters)
 
@@ -188,22 +192,21 @@ class DeltaIO:
         Not for tables with map columns (they do not compare).
         """
         df = df.select(*[f.name for f in schema.fields])
-        if not table_exists(path):
-            self.append(df, path, schema, partition_by)
-            return -1
+        if _is_empty_table(path):
+            return self.append(df, path, schema, partition_by)
         target = self.read(path, schema)
         changed = df.subtract(target)
         stale = 0
         if delete_unmatched is not None:
             gone = target.filter(delete_unmatched("")).join(df, on=list(keys), how="left_anti")
             stale = gone.limit(1).count()
-        if changed.limit(1).count() == 0 and stale == 0:
-            return 0
-        n = changed.count()
         cond = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         if self.backend == "native":
             from delta.tables import DeltaTable as SparkDeltaTable
 
+            n = changed.count()
+            if n == 0 and stale == 0:
+                return 0
             m = SparkDeltaTable.forPath(self.spark, path).alias("t").merge(changed.alias("s"), cond)
             m = m.whenMatchedUpdateAll().whenNotMatchedInsertAll()
             if delete_unmatched is not None:
@@ -213,7 +216,11 @@ class DeltaIO:
         stage = _stage_dir(path)
         try:
             changed.write.mode("errorifexists").parquet(stage)
-            source = ds.dataset(stage, schema=arrow_schema(schema), format="parquet")
+            files = _parquet_files(stage)
+            n = sum(pq.read_metadata(f).num_rows for f in files)
+            if n == 0 and stale == 0:
+                return 0
+            source = ds.dataset(files, schema=arrow_schema(schema), format="parquet")
             reader = source.scanner().to_reader()
             merger = DeltaTable(path).merge(reader, cond, source_alias="s", target_alias="t")
             merger = merger.when_matched_update_all().when_not_matched_insert_all()
@@ -226,14 +233,16 @@ class DeltaIO:
 
     # -- embedded internals ---------------------------------------------------------------
 
-    def _write_files(self, df: DataFrame, path: str, partition_by: Sequence[str]) -> list[str]:
-        """Spark writes the data files under a fresh directory of the table; their paths."""
+    def _write_files(
+        self, df: DataFrame, path: str, partition_by: Sequence[str]
+    ) -> tuple[str, list[str]]:
+        """Spark writes the data files under a fresh directory of the table: (it, the files)."""
         stage = _stage_dir(path)
         w = df.write.mode("errorifexists").partitionBy(*partition_by)
         for k, v in _WRITE_OPTIONS.items():
             w = w.option(k, v)
         w.parquet(stage)
-        return sorted(str(p) for p in Path(stage).rglob("*.parquet") if not p.name.startswith("."))
+        return stage, _parquet_files(stage)
 
     def _commit(
         self,
@@ -245,8 +254,13 @@ class DeltaIO:
         txn: tuple[str, int] | None,
         partition_filters: list[tuple[str, str, str]] | None = None,
     ) -> int:
-        """Commit the files in one transaction; returns their rows."""
+        """Commit the files in one transaction; returns their rows. An append of no rows
+        commits nothing (an empty commit would only be noise in the history)."""
         adds = [_add_action(path, f, partition_by) for f in files]
+        rows = sum(int(json.loads(a.stats)["numRecords"]) for a in adds)
+        if rows == 0 and mode == "append":
+            self.ensure_table(path, schema, partition_by)
+            return 0
         props = CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
         delta_schema = Schema.from_arrow(arrow_schema(schema))
         parts = list(partition_by) or None
@@ -269,7 +283,7 @@ class DeltaIO:
                 partition_filters=partition_filters,
                 commit_properties=props,
             )
-        return sum(int(json.loads(a.stats)["numRecords"]) for a in adds)
+        return rows
 
 
 def _last_output_rows(spark: SparkSession, path: str) -> int:
@@ -288,6 +302,15 @@ def _sql_str(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
+def _parquet_files(directory: str) -> list[str]:
+    """The data files Spark wrote under `directory` (not its _SUCCESS or .crc files)."""
+    return sorted(str(p) for p in Path(directory).rglob("*.parquet") if not p.name.startswith("."))
+
+
+def _is_empty_table(path: str) -> bool:
+    return not table_exists(path) or not DeltaTable(path).file_uris()
+
+
 def _stage_dir(table_path: str) -> str:
     return _join(table_path, f"w-{uuid.uuid4().hex}")
 
@@ -300,10 +323,10 @@ def _add_action(table_path: str, file: str, partition_by: Sequence[str]) -> AddA
         name, sep, raw = part.partition("=")
         if sep and name in partition_by:
             # Spark escapes partition values as %XX; its null is this marker.
-            values[name] = None if raw == "__HIVE_DEFAULT_PARTITION__" else unquote(raw)
+            values[name] = None if raw == _HIVE_NULL else unquote(raw)
     st = os.stat(file)
-    return AddAction(
-        quote(rel), st.st_size, values, st.st_mtime_ns // 1_000_000, True, _stats(file)
+    return AddAction(  # delta-rs percent-encodes the path itself
+        rel, st.st_size, values, st.st_mtime_ns // 1_000_000, True, _stats(file)
     )
 
 

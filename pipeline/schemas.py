@@ -12,6 +12,7 @@ from pyspark.sql.types import (
     BinaryType,
     BooleanType,
     DataType,
+    DateType,
     IntegerType,
     LongType,
     MapType,
@@ -30,6 +31,7 @@ _TYPES: dict[str, DataType] = {
     "bool": BooleanType(),
     "bin": BinaryType(),
     "map": MapType(StringType(), StringType()),
+    "date": DateType(),
 }
 
 
@@ -43,12 +45,12 @@ def struct_of(spec: str) -> StructType:
 
 
 # What the commitlog reader emits: header fields as stored, hosts as raw IPv4 + port,
-# properties as the raw `k\x01v\x02` string. Parsing happens nowhere else.
+# properties parsed into a map. Binary parsing happens nowhere else.
 RAW_MESSAGE = struct_of(
     "broker:str, broker_id:int, phys_offset:long, total_size:int, body_crc:int, crc_ok:bool,"
     " queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long, born_ip:long,"
     " born_port:int, store_ts:long, store_ip:long, store_port:int, reconsume_times:int,"
-    " prepared_tx_offset:long, body:bin, topic:str, properties_raw:str"
+    " prepared_tx_offset:long, body_size:int, body:bin, topic:str, properties:map"
 )
 
 MESSAGES = struct_of(
@@ -58,7 +60,7 @@ MESSAGES = struct_of(
     " born_host:str, store_host:str, prepared_tx_offset:long, body_size:int, body:bin,"
     " properties:map, delivery_topic:str, original_topic:str, origin_msg_id:str,"
     " consumer_group:str, is_retry:bool, is_dlq:bool, is_scheduled:bool, delay_level:int,"
-    " ingest_run:long, store_date:str"
+    " ingest_run:long, store_date:date"
 )
 MESSAGES_PARTITIONS = ["broker", "store_date"]
 MESSAGES_KEY = ["broker", "broker_id", "phys_offset"]

@@ -16,6 +16,9 @@ SQL_CONF = {
     # str_to_map on properties: a repeated key keeps the last value instead of failing.
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Partitioned writes keep a writer per partition open instead of sorting each task's
+    # rows by partition first (a sort of every 1 KiB body).
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
 
 

@@ -110,9 +110,9 @@ class _Ingest:
             key = (b.name, b.broker_id, C.COMMITLOG)
             start = state.next_offset.get(key, (0, -1))[0]
             log = plan_log(b, start, range_bytes)
-            if start > log.plan_end and log.plan_end > 0:
+            if start > log.data_end + 2 and log.data_end > 0:  # past a last unit's zero bytes
                 self.warnings.append(
-                    f"{b.name}/{b.broker_id}: the log ends at {log.plan_end}, "
+                    f"{b.name}/{b.broker_id}: the log ends at {log.data_end}, "
                     f"before the checkpoint {start} (log replaced?)"
                 )
             if start < log.log_min:
@@ -134,7 +134,7 @@ class _Ingest:
             cq_start = max(
                 state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
             )
-            cq_end = max(cq_start, C.dispatch_bound(b, log.plan_end))
+            cq_end = max(cq_start, C.dispatch_bound(b, log.data_end))
             items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
         return C.RunPlan(state.last_run + 1, False, items)
 
@@ -196,8 +196,10 @@ class _Ingest:
         files = []
         for item in (i for i in plan.items if i.source == C.CONSUMEQUEUE):
             b = item.broker
+            # Entries only for messages the lake has: up to where the log was read.
             log = self.results.get((b.name, b.broker_id, C.COMMITLOG))
-            hi = min(item.plan_end, log["next_offset"]) if log else item.start
+            done = plan.get(b, C.COMMITLOG)
+            hi = min(item.plan_end, log["next_offset"] if log else done.start if done else 0)
             self.results[(b.name, b.broker_id, C.CONSUMEQUEUE)] = {
                 "next_offset": max(hi, item.start)
             }

@@ -54,8 +54,9 @@ class RangeTask:
 class LogPlan:
     tasks: list[RangeTask]
     log_min: int  # first offset still in the log (older files expired)
-    plan_end: int  # end of the written data when planned
+    plan_end: int  # where the ranges end: the data end, or `start` if that is past it
     start: int  # where this run starts (>= log_min)
+    data_end: int  # just past the last non-zero byte (a unit may end in 2 zero bytes after it)
 
 
 def segment_files(store_dir: str | Path) -> list[Path]:
@@ -87,13 +88,12 @@ def plan_log(
     (or to `until`, a resumed run's recorded end, if that comes first)."""
     files = segment_files(broker.store_dir)
     if not files:
-        return LogPlan([], 0, 0, start_offset)
+        return LogPlan([], 0, start_offset, start_offset, 0)
     log_min = int(files[0].name)
     start = max(start_offset, log_min)
     last = files[-1]
-    plan_end = int(last.name) + _data_end(last, int(last.name))
-    if until is not None:
-        plan_end = min(plan_end, until)
+    data_end = int(last.name) + _data_end(last, int(last.name))
+    plan_end = data_end if until is None else min(data_end, until)
     tasks = []
     for path in files:
         file_from = int(path.name)
@@ -112,7 +112,7 @@ def plan_log(
             )
             tasks.append(task)
             pos = stop
-    return LogPlan(tasks, log_min, max(plan_end, start), start)
+    return LogPlan(tasks, log_min, max(plan_end, start), start, data_end)
 
 
 def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:

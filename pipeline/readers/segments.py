@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
+from broker_runtime.common.message import PROPERTY_SEPARATOR
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import RecordError
 from pipeline.schemas import RAW_MESSAGE, arrow_schema
@@ -160,8 +162,9 @@ class SegmentWalker:
     def walk(self, start: int, stop: int, exact: bool, result: WalkResult) -> Iterator[I64]:
         """Yield arrays of valid unit positions whose units start in [start, stop).
 
-        Sets `result.end` to where the walk stopped: the first unit start at or past `stop`,
-        the end of the written data, or the segment's end after its blank unit.
+        Damage starting before the first good unit at or past `stop` is this range's to
+        report. Sets `result.end` to where the walk stopped: that unit's start, the end of
+        the written data, or the segment's end after its blank unit.
         """
         pos: int | None = start if exact else self.anchor(start)
         result.end = -1  # nothing starts in this range (stays so if there is no anchor)
@@ -195,7 +198,18 @@ class SegmentWalker:
             if pos >= stop or (len(found) == BATCH_UNITS and len(good) == len(found)):
                 continue
             pos = self._skip_damage(pos, result)
-        result.end = pos if pos is not None else result.end
+        if pos is not None and pos < self.size:
+            # The unit at or past `stop` belongs to the next range if it is good; if it is
+            # damaged, this range reports it (the next range's anchor search skips it).
+            try:
+                good_next = self.unit_ok(pos) > 0
+            except RecordError:
+                good_next = False
+            if not good_next:
+                nxt = self._skip_damage(pos, result)
+                pos = nxt if nxt is not None else None
+        if pos is not None:
+            result.end = pos
 
     def _verified(self, pos: I64) -> I64:
         """The leading run of `pos` whose lengths add up and whose PHYSICALOFFSET matches."""
@@ -239,9 +253,10 @@ class SegmentWalker:
             if nonzero is None:
                 result.end = pos  # zeros to the end: the next unit will be written here
                 return None
-            nxt = self.anchor(nonzero)
-            if nxt == nonzero:
-                reason, detail = "zero_gap", f"{nonzero - pos} zero bytes before more units"
+            # A unit's first non-zero byte is one of its 4 TOTALSIZE bytes.
+            nxt = self.anchor(max(pos + 1, nonzero - 3))
+            if nxt is not None and not self.arr[pos:nxt].any():
+                reason, detail = "zero_gap", f"{nxt - pos} zero bytes before more units"
             else:
                 reason, detail = "garbage", f"non-zero bytes at {nonzero} after the zero tail"
         else:
@@ -306,6 +321,22 @@ def _strings(walker: SegmentWalker, starts: I64, lens: I64) -> tuple[pa.Array, l
 
 
 _RAW_ARROW = arrow_schema(RAW_MESSAGE)
+# One property: name, then \x01, then the value (which may itself hold \x01).
+_PROPERTY = r"(?s)^(?P<k>[^\x01]*)\x01(?P<v>.*)$"
+
+
+def properties_map(text: pa.StringArray) -> pa.MapArray:
+    """`k\x01v\x02...` strings -> map<string, string>, as string_to_properties reads them
+    (items without a separator are skipped), vectorised with Arrow compute kernels."""
+    items = pc.split_pattern(text, PROPERTY_SEPARATOR)
+    parent = pc.list_parent_indices(items)
+    kv = pc.extract_regex(pc.list_flatten(items), _PROPERTY)
+    ok = pc.is_valid(kv)
+    kv, parent = kv.filter(ok), parent.filter(ok)
+    counts = np.bincount(parent.to_numpy(zero_copy_only=False), minlength=len(text))
+    offsets = np.zeros(len(text) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), kv.field("k"), kv.field("v"))
 
 
 def to_batch(
@@ -361,8 +392,9 @@ def to_batch(
         col("store_port", np.int32),
         col("reconsume", np.int32),
         col("ptx", np.int64),
+        pa.array(body_len.astype(np.int32)),
         body,
         topic,
-        props,
+        properties_map(props),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)

@@ -9,9 +9,7 @@ from pyspark.sql import functions as F
 from broker_runtime.common.message import (
     DELAY,
     KEYS,
-    NAME_VALUE_SEPARATOR,
     ORIGIN_MESSAGE_ID,
-    PROPERTY_SEPARATOR,
     REAL_TOPIC,
     RETRY_TOPIC,
     TAGS,
@@ -21,20 +19,12 @@ from broker_runtime.common.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPI
 from pipeline.schemas import MESSAGES
 
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: beyond it no date exists
-
-
-def parse_properties(raw: Column) -> Column:
-    """`k\\x01v\\x02...` -> map; items without a separator are skipped, as Java does."""
-    # str_to_map takes regexes: both separators are plain control characters.
-    trimmed = F.regexp_replace(raw, PROPERTY_SEPARATOR + "$", "")
-    parsed = F.str_to_map(trimmed, F.lit(PROPERTY_SEPARATOR), F.lit(NAME_VALUE_SEPARATOR))
-    kept = F.map_filter(parsed, lambda k, v: v.isNotNull() & (k != ""))
-    return F.when(raw == "", F.create_map().cast("map<string,string>")).otherwise(kept)
+_DAY_MS = 86_400_000
 
 
 def _ipv4(ip: Column, port: Column) -> Column:
-    octets = [F.shiftright(ip, s).bitwiseAND(255).cast("string") for s in (24, 16, 8, 0)]
-    return F.concat(F.concat_ws(".", *octets), F.lit(":"), port.cast("string"))
+    octets = [F.shiftright(ip, s).bitwiseAND(255) for s in (24, 16, 8, 0)]
+    return F.format_string("%d.%d.%d.%d:%d", *octets, port)
 
 
 def _offset_msg_id(ip: Column, port: Column, phys: Column) -> Column:
@@ -63,12 +53,12 @@ def to_messages(raw: DataFrame, run: int) -> DataFrame:
     )
     delivery = delivery.otherwise(F.col("topic"))
     store_ts = F.col("store_ts")
+    # The UTC day of the store time; null for a time no calendar has (a damaged header).
     store_date = F.when(
         store_ts.between(0, _MAX_MS),
-        F.date_format(F.timestamp_millis(store_ts), "yyyy-MM-dd"),
-    ).otherwise(F.lit("invalid"))
-    df = raw.withColumn("properties", parse_properties(F.col("properties_raw")))
-    df = df.withColumn("delivery_topic", delivery)
+        F.date_from_unix_date(F.floor(store_ts / _DAY_MS).cast("int")),
+    )
+    df = raw.withColumn("delivery_topic", delivery)
     columns = {
         "msg_id": _offset_msg_id(F.col("store_ip"), F.col("store_port"), F.col("phys_offset")),
         "uniq_key": prop(UNIQ_KEY),
@@ -76,7 +66,6 @@ def to_messages(raw: DataFrame, run: int) -> DataFrame:
         "tags": prop(TAGS),
         "born_host": _ipv4(F.col("born_ip"), F.col("born_port")),
         "store_host": _ipv4(F.col("store_ip"), F.col("store_port")),
-        "body_size": F.length("body"),
         "original_topic": F.coalesce(prop(RETRY_TOPIC), prop(REAL_TOPIC), F.col("topic")),
         "origin_msg_id": F.coalesce(prop(ORIGIN_MESSAGE_ID), prop(UNIQ_KEY)),
         "consumer_group": _group_of(F.col("delivery_topic")),

@@ -1,0 +1,232 @@
+"""`make bench` (ingest part): CommitLog -> Delta throughput, parse stage vs raw reads, and
+driver memory at two input sizes. Prints one JSON object per figure group, then a table of
+figures against their targets (reported, never asserted).
+
+1. Writes N 1 KiB messages (distinct random bodies) across 2 brokers' stores through the
+   store's batch put (kept under --work and reused by later runs of the same size).
+2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads.
+3. parse: the reader alone (segment walk + decode to Arrow, no Spark) over the same
+   ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio.
+4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
+5. memory: ingest in a fresh process at two sizes; peak RSS of the driver (the Python process
+   plus the Spark JVM, which holds the driver in local mode) at the larger over the smaller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from broker_runtime.common.config import StoreConfig  # noqa: E402
+from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message  # noqa: E402
+from broker_runtime.store.message_store import MessageStore  # noqa: E402
+from pipeline.readers.commitlog import (  # noqa: E402
+    Broker,
+    RangeTask,
+    plan_log,
+    read_range,
+    segment_files,
+)
+from pipeline.readers.layout import discover_brokers  # noqa: E402
+from pipeline.readers.segments import WalkResult  # noqa: E402
+
+BROKERS = ("broker-a", "broker-b")
+BATCH = 64
+WORKERS = 2  # as local[2]
+
+
+def make_cluster(data_dir: Path, messages: int, size: int) -> None:
+    """N messages split over the brokers' master stores (skipped if already there)."""
+    done = data_dir / "generated.json"
+    if done.exists() and json.loads(done.read_text()) == {"messages": messages, "size": size}:
+        return
+    shutil.rmtree(data_dir, ignore_errors=True)
+    born = int(time.time() * 1000)
+    for b, name in enumerate(BROKERS):
+        store = MessageStore(StoreConfig(store_dir=data_dir / "brokers" / name / "master"))
+        mine = range(b, messages, len(BROKERS))
+        batch: list[Message] = []
+        for n, i in enumerate(mine):
+            props = {
+                UNIQ_KEY: f"{uuid.UUID(int=i).hex.upper()}",
+                TAGS: f"Tag{i % 4}",
+                KEYS: f"k{i}",
+            }
+            batch.append(
+                Message(f"BenchTopic{i % 4}", os.urandom(size), props, (i // 4) % 4, 0, 0, born)
+            )
+            if len(batch) == BATCH:
+                store.put_messages(batch)
+                batch = []
+            if n % 200_000 == 0:
+                print(f"  {name}: stored {n:,}/{len(mine):,}", file=sys.stderr, flush=True)
+        if batch:
+            store.put_messages(batch)
+        store.wait_dispatched(None)
+        store.shutdown()
+    done.write_text(json.dumps({"messages": messages, "size": size}))
+
+
+def _read_file(path: Path, limit: int) -> int:
+    buf = bytearray(1 << 20)
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while n < limit:
+            k = f.readinto(buf)
+            if not k:
+                break
+            n += k
+    return min(n, limit)
+
+
+def raw_read(tasks: list[RangeTask]) -> dict[str, float]:
+    """MB/s of reading the ranges' bytes with plain reads (2 threads, one per file)."""
+    extents: dict[str, int] = {}
+    for t in tasks:
+        extents[t.path] = max(extents.get(t.path, 0), t.stop)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        total = sum(pool.map(lambda kv: _read_file(Path(kv[0]), kv[1]), extents.items()))
+    seconds = time.perf_counter() - start
+    return {
+        "raw_read_mb": round(total / 1e6, 1),
+        "raw_read_mb_per_s": round(total / seconds / 1e6, 1),
+    }
+
+
+def _parse_one(task: RangeTask) -> tuple[int, int]:
+    result = WalkResult()
+    rows = sum(b.num_rows for b in read_range(task, result))
+    return rows, task.stop - task.start
+
+
+def parse_only(tasks: list[RangeTask]) -> dict[str, float]:
+    with ProcessPoolExecutor(WORKERS) as pool:
+        list(pool.map(_parse_one, tasks[:WORKERS]))  # start the workers, import numpy/arrow
+        start = time.perf_counter()
+        out = list(pool.map(_parse_one, tasks))
+    seconds = time.perf_counter() - start
+    rows, nbytes = sum(r for r, _ in out), sum(b for _, b in out)
+    return {
+        "parse_messages": rows,
+        "parse_seconds": round(seconds, 3),
+        "parse_mb_per_s": round(nbytes / seconds / 1e6, 1),
+        "parse_messages_per_s": round(rows / seconds),
+    }
+
+
+class _PeakRss:
+    """Samples the RSS of the JVM every 0.2 s while running."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    def __enter__(self) -> _PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def ingest(data_dir: Path, lake: Path, master: str) -> dict[str, Any]:
+    from pipeline.jobs.ingest import run_ingest
+    from pipeline.spark_session import build_spark
+
+    shutil.rmtree(lake, ignore_errors=True)
+    t0 = time.perf_counter()
+    spark = build_spark("mqaudit-ingest-bench", master)
+    jvm_start = time.perf_counter() - t0
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    with _PeakRss(pid) as rss:
+        start = time.perf_counter()
+        summary = run_ingest(data_dir, lake, spark)
+        seconds = time.perf_counter() - start
+    log_bytes = sum(
+        b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
+    )
+    spark.stop()
+    return {
+        "messages": summary["messages"],
+        "jvm_start_seconds": round(jvm_start, 1),
+        "ingest_seconds": round(seconds, 2),
+        "ingest_messages_per_s": round(summary["messages"] / seconds),
+        "ingest_mb_per_s": round(log_bytes / seconds / 1e6, 1),
+        "driver_python_peak_rss_mb": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ),
+        "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=2_000_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--work", type=Path, default=ROOT / "bench-out" / "ingest")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--rss-sizes", default="1000000,4000000", help="two sizes, or 'none'")
+    p.add_argument("--ingest-only", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    data = args.work / f"data-{args.messages}"
+    lake = args.work / f"lake-{args.messages}"
+    make_cluster(data, args.messages, args.size)
+    if args.ingest_only:  # the memory runs: one fresh process per size
+        print(json.dumps(ingest(data, lake, args.master)))
+        shutil.rmtree(lake, ignore_errors=True)
+        return 0
+    tasks = [t for b in discover_brokers(data) for t in plan_log(b, 0).tasks]
+    files = sum(len(segment_files(b.store_dir)) for b in discover_brokers(data))
+    raw_read(tasks)  # warm the page cache: both stages then read from memory
+    read = raw_read(tasks)
+    parse = parse_only(tasks)
+    parse["parse_ratio_to_raw_read"] = round(parse["parse_mb_per_s"] / read["raw_read_mb_per_s"], 3)
+    print(json.dumps({"stage": "read+parse", "segment_files": files, **read, **parse}), flush=True)
+    result = ingest(data, lake, args.master)
+    print(json.dumps({"stage": "ingest", "load_average": os.getloadavg()[0], **result}), flush=True)
+    rows = [
+        ("ingest messages/s", result["ingest_messages_per_s"], ">= 100,000"),
+        ("ingest MB/s", result["ingest_mb_per_s"], ""),
+        ("parse / raw read", parse["parse_ratio_to_raw_read"], ">= 0.25"),
+    ]
+    if args.rss_sizes != "none":
+        peaks = []
+        for n in [int(x) for x in args.rss_sizes.split(",")]:
+            cmd = [sys.executable, __file__, "--messages", str(n), "--work", str(args.work),
+                   "--master", args.master, "--ingest-only"]  # fmt: skip
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            peaks.append(out["driver_python_peak_rss_mb"] + out["driver_jvm_peak_rss_mb"])
+            print(json.dumps({"stage": f"memory at {n:,}", **out}), flush=True)
+        rows.append(("driver peak RSS ratio", round(peaks[1] / peaks[0], 3), "<= 1.3"))
+    print()
+    for name, value, target in rows:
+        print(f"{name:24} {value:>12}  {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

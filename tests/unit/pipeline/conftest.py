@@ -1,0 +1,17 @@
+"""One local Spark session for every pipeline test (it takes seconds to start)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from pipeline.spark_session import build_spark
+
+    session = build_spark("mqaudit-tests", "local[2]")
+    yield session
+    session.stop()

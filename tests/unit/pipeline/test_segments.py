@@ -1,0 +1,161 @@
+"""The CommitLog reader against stores written by the broker's own store (no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_runtime.common.message import string_to_properties
+from broker_runtime.store import record_codec as codec
+from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
+from pipeline.readers.segments import WalkResult, properties_map
+from tests.unit.pipeline.stores import stored, varied, write_store
+
+
+def read_all(
+    store_dir: Path, range_bytes: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, summaries) of reading the whole log in ranges of `range_bytes`."""
+    rows: list[dict[str, Any]] = []
+    sums = []
+    for task in plan_log(Broker("b", 0, str(store_dir)), 0, range_bytes).tasks:
+        result = WalkResult()
+        for batch in read_range(task, result):
+            rows += batch.to_pylist()
+        sums.append(summary(task, result))
+    return rows, sums
+
+
+def bad_of(sums: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((b for s in sums for b in s["bad"]), key=lambda b: b["log_offset"])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("seg") / "store"
+    write_store(path, varied(400))
+    return path
+
+
+@pytest.mark.parametrize("range_bytes", [1 << 10, 7 * 1024 + 3, 64 << 10, 1 << 30])
+def test_every_unit_once_with_every_field(store: Path, range_bytes: int) -> None:
+    want = stored(store)
+    rows, sums = read_all(store, range_bytes)
+    assert [r["phys_offset"] for r in rows] == [m.phys_offset for m in want]
+    for r, m in zip(rows, want, strict=True):
+        assert r["total_size"] == m.total_size and r["body_crc"] == m.body_crc and r["crc_ok"]
+        assert (r["queue_id"], r["flag"], r["queue_offset"], r["sys_flag"]) == (
+            m.queue_id, m.flag, m.queue_offset, m.sys_flag,
+        )  # fmt: skip
+        assert (r["born_ts"], r["store_ts"]) == (m.born_timestamp, m.store_timestamp)
+        assert r["born_port"] == m.born_host[1] and r["store_port"] == m.store_host[1]
+        assert r["born_ip"] == int.from_bytes(bytes(map(int, m.born_host[0].split("."))), "big")
+        assert (r["reconsume_times"], r["prepared_tx_offset"]) == (
+            m.reconsume_times, m.prepared_transaction_offset,
+        )  # fmt: skip
+        assert (r["body"], r["body_size"], r["topic"]) == (m.body, len(m.body), m.topic)
+        assert dict(r["properties"]) == m.properties
+    assert bad_of(sums) == []
+    assert max(s["end"] for s in sums) == want[-1].phys_offset + want[-1].total_size
+
+
+def _corrupt(store: Path, offset: int, data: bytes) -> None:
+    path = [p for p in segment_files(store) if int(p.name) <= offset][-1]
+    with open(path, "r+b") as f:
+        f.seek(offset - int(path.name))
+        f.write(data)
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    write_store(tmp_path / "store", varied(120))
+    return tmp_path / "store"
+
+
+def test_flipped_body_byte_is_kept_and_reported_bad_crc(fresh: Path) -> None:
+    m = stored(fresh)[40]
+    body_at = m.phys_offset + codec.HEADER_SIZE
+    _corrupt(fresh, body_at + 1, bytes([m.body[1] ^ 0xFF]))
+    rows, sums = read_all(fresh, 5000)
+    assert len(rows) == 120
+    bad_rows = [r for r in rows if not r["crc_ok"]]
+    assert [r["phys_offset"] for r in bad_rows] == [m.phys_offset]
+    assert [(b["log_offset"], b["reason"], b["final"]) for b in bad_of(sums)] == [
+        (m.phys_offset, "bad_crc", True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("at", "data", "reason"),
+    [
+        (4, b"\x00\x00\x00\x01", "bad_magic"),
+        (0, b"\x00\x00\x00\x10", "bad_size"),
+        (28, b"\x00" * 8, "bad_offset"),
+        (0, b"\xff" * 40, "bad_magic"),
+    ],
+)
+def test_damage_in_the_middle_is_skipped_to_the_next_unit(
+    fresh: Path, at: int, data: bytes, reason: str
+) -> None:
+    msgs = stored(fresh)
+    victim = msgs[50]
+    _corrupt(fresh, victim.phys_offset + at, data)
+    rows, sums = read_all(fresh, 3000)
+    assert [r["phys_offset"] for r in rows] == [m.phys_offset for m in msgs if m is not victim]
+    assert [(b["log_offset"], b["length"], b["reason"], b["final"]) for b in bad_of(sums)] == [
+        (victim.phys_offset, victim.total_size, reason, True)
+    ]
+
+
+def test_torn_tail_is_quarantined_not_final(fresh: Path) -> None:
+    msgs = stored(fresh)
+    last = msgs[-1]
+    end = last.phys_offset + last.total_size
+    raw = Path(segment_files(fresh)[-1]).read_bytes()
+    unit = raw[last.phys_offset - int(segment_files(fresh)[-1].name) :][: last.total_size]
+    _corrupt(fresh, end, unit[: last.total_size // 2])  # half a unit after the last one
+    rows, sums = read_all(fresh, 1 << 20)
+    assert len(rows) == len(msgs)
+    [bad] = bad_of(sums)
+    assert (bad["log_offset"], bad["reason"], bad["final"]) == (end, "torn", False)
+    assert min(s["pending_from"] for s in sums if s["pending_from"] is not None) == end
+
+
+def test_bad_crc_on_the_last_unit_is_a_torn_tail(fresh: Path) -> None:
+    msgs = stored(fresh)
+    last = msgs[-1]
+    assert last.body
+    _corrupt(fresh, last.phys_offset + codec.HEADER_SIZE, bytes([last.body[0] ^ 1]))
+    rows, sums = read_all(fresh, 1 << 20)
+    assert len(rows) == len(msgs) - 1  # held back: it may be a write still in flight
+    assert [(b["log_offset"], b["reason"], b["final"]) for b in bad_of(sums)] == [
+        (last.phys_offset, "torn", False)
+    ]
+
+
+def test_zeroed_unit_is_a_zero_gap_and_garbage_after_the_tail_is_reported(fresh: Path) -> None:
+    msgs = stored(fresh)
+    victim = msgs[30]
+    _corrupt(fresh, victim.phys_offset, bytes(victim.total_size))
+    last = msgs[-1]
+    _corrupt(fresh, last.phys_offset + last.total_size + 100, b"garbage!")
+    rows, sums = read_all(fresh, 2048)
+    assert len(rows) == len(msgs) - 1
+    got = [(b["log_offset"], b["reason"], b["final"]) for b in bad_of(sums)]
+    assert got == [
+        (victim.phys_offset, "zero_gap", True),
+        (last.phys_offset + last.total_size, "garbage", False),
+    ]
+
+
+@given(st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=6), st.booleans())
+def test_properties_map_reads_as_the_broker_does(pairs: list[tuple[str, str]], junk: bool) -> None:
+    pairs = [(k.replace("\x01", "").replace("\x02", ""), v.replace("\x02", "")) for k, v in pairs]
+    text = "".join(f"{k}\x01{v}\x02" for k, v in pairs) + ("junk\x02" if junk else "")
+    got = properties_map(pa.array([text, ""], pa.string())).to_pylist()
+    assert dict(got[0]) == string_to_properties(text) and got[1] == []
