@@ -19,6 +19,7 @@ from expectations.suites.common import (
     not_null,
     param,
 )
+from pipeline.schemas import MESSAGE_LOG_KEY, MESSAGE_STUB_KEY
 
 MESSAGE_STUB = "message_stub"
 MESSAGE_LOG = "message_log"
@@ -37,6 +38,11 @@ LOG_DEFAULTS = {
 }
 
 
+def _unique(key: list[str]) -> list[gxe.Expectation]:
+    (column,) = key  # the ledgers have single-column keys
+    return [gxe.ExpectColumnValuesToBeUnique(column=column)]
+
+
 def message_stub_suite() -> gx.ExpectationSuite:
     """One stub per msg id, a known status, a sha256 body hash, times in order."""
     return gx.ExpectationSuite(
@@ -45,7 +51,7 @@ def message_stub_suite() -> gx.ExpectationSuite:
             *not_null(
                 ["msg_id", "topic", "body_hash", "status", "send_count", "created_at", "updated_at"]
             ),
-            gxe.ExpectColumnValuesToBeUnique(column="msg_id"),
+            *_unique(MESSAGE_STUB_KEY),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
             *legal_names(["topic"]),
             gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=r"^[0-9a-f]{64}\z"),
@@ -67,7 +73,7 @@ def message_log_suite() -> gx.ExpectationSuite:
         name=MESSAGE_LOG,
         expectations=[
             *not_null(["id", "msg_id", "topic", "group", "client_id", "received_at"]),
-            gxe.ExpectColumnValuesToBeUnique(column="id"),
+            *_unique(MESSAGE_LOG_KEY),
             *legal_names(["topic", "group"]),
             gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=LOG_OUTCOMES),
             # A delivery with an outcome has finished: the two are written together.

@@ -19,6 +19,7 @@ from expectations.suites.common import (
     not_null,
     param,
 )
+from pipeline.schemas import MESSAGES_KEY
 
 TABLE = "messages"
 
@@ -63,7 +64,7 @@ def messages_suite() -> gx.ExpectationSuite:
                     "is_dlq",
                 ]
             ),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=["broker", "broker_id", "phys_offset"]),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=MESSAGES_KEY),
             *at_least(0, ["broker_id", "phys_offset", "queue_id", "queue_offset"]),
             *legal_names(["topic"]),
             # Within one queue of one store, the later a message sits in the commitlog the

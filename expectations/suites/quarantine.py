@@ -11,6 +11,7 @@ import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
+from pipeline.schemas import QUARANTINE_KEY
 
 TABLE = "quarantine"
 
@@ -54,9 +55,7 @@ def quarantine_suite() -> gx.ExpectationSuite:
                 row_condition=Column("final") == False,  # noqa: E712
             ),
             *not_null(["broker", "broker_id", "file", "position", "length", "reason", "final"]),
-            gxe.ExpectCompoundColumnsToBeUnique(
-                column_list=["broker", "broker_id", "log_offset", "reason"]
-            ),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=QUARANTINE_KEY),
             *at_least(0, ["position", "log_offset"]),
             *at_least(1, ["length"]),
             gxe.ExpectColumnValuesToBeInSet(column="reason", value_set=param("quarantine_reasons")),

@@ -1,0 +1,51 @@
+"""One local Spark session and one GX context per test session for the expectation tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from expectations.context import GateContext
+from pipeline.spark_session import build_spark
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    tiny_frames = {
+        # Two shuffle partitions instead of eight near-empty tasks per window; on frames of
+        # a dozen rows, compiling whole-stage code and re-planning cost more than they save.
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    session = build_spark("mqaudit-expectations-tests", conf=tiny_frames)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def docs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data_docs")
+
+
+@pytest.fixture(scope="session")
+def gates(spark: SparkSession, docs_dir: Path) -> GateContext:
+    """The run's one context, writing Data Docs (as the DAG's does)."""
+    return GateContext(docs_dir)
+
+
+def frame(spark: SparkSession, schema: StructType, rows: list[dict[str, Any]]) -> DataFrame:
+    """Rows given as dicts over `schema`; unnamed columns are null."""
+    names = set(schema.fieldNames())
+    for row in rows:
+        stray = set(row) - names
+        assert not stray, f"columns not in the schema: {stray}"
+    return spark.createDataFrame(
+        [tuple(row.get(f) for f in schema.fieldNames()) for row in rows], schema
+    )

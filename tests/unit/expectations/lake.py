@@ -1,0 +1,302 @@
+"""Small good and bad lakes: rows for every gated table, each defect placed where it shows.
+
+Every defect of a bad table sits in a queue (or row) of its own, so the expectations it
+breaks are exactly the ones listed in BAD_FAILURES and nothing cascades.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from pipeline.schemas import TABLES, struct_of
+from tests.unit.expectations.conftest import frame
+
+T0 = 1_700_000_000_000
+MINUTE = 60_000
+DAY = 86_400_000
+
+Rows = list[dict[str, Any]]
+
+_FINDING = "msg_id:str, group:str, kind:str, cause:str, count:long"
+# The audit tables' columns these suites rely on (the contract with the audit jobs).
+AUDIT_SCHEMAS: dict[str, StructType] = {
+    "audit_duplicates": struct_of(f"{_FINDING}, topic:str, broker:str, first_ts:long"),
+    "audit_losses": struct_of(f"{_FINDING}, topic:str, broker:str"),
+    "audit_lag": struct_of(
+        f"{_FINDING}, topic:str, broker:str, queue_id:int, snapshot_ts:long,"
+        " lag_messages:long, lag_ms:long, status:str"
+    ),
+    "audit_dead_letters": struct_of(f"{_FINDING}, original_topic:str, age_ms:long, replayed:bool"),
+    "resend_candidates": struct_of(f"{_FINDING}, send_count:int"),
+    "manual_handling": struct_of(f"{_FINDING}, send_count:int"),
+    "consistency": struct_of(f"{_FINDING}, topic:str, broker:str, queue_id:int"),
+}
+
+
+def msg(phys: int, queue_id: int, queue_offset: int | None, **over: Any) -> dict[str, Any]:
+    born = T0 + phys
+    row = {
+        "broker": "broker-a",
+        "broker_id": 0,
+        "phys_offset": phys,
+        "topic": "TopicA",
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
+        "uniq_key": f"U{phys:08d}",
+        "born_ts": born,
+        "store_ts": born + 3,
+        "reconsume_times": 0,
+        "crc_ok": True,
+        "is_retry": False,
+        "is_dlq": False,
+    }
+    return row | over
+
+
+def good_messages() -> Rows:
+    """Master and slave hold the same offsets (broker_id is part of the key), plus a retry."""
+    rows = [msg(i * 200, i % 2, i // 2, broker_id=b) for b in (0, 1) for i in range(6)]
+    retry = msg(1200, 0, 0, topic="%RETRY%g1", reconsume_times=1, is_retry=True)
+    return [*rows, retry]
+
+
+def bad_messages() -> Rows:
+    return [
+        *good_messages(),
+        msg(0, 5, 0),  # same broker/broker_id/phys_offset as a good row
+        msg(5000, 6, 3),
+        msg(5200, 6, 2),  # queue offset goes back within queue 6
+        msg(6000, 7, 0, store_ts=T0 + 6000 - 5000),  # stored 5 s before it was born
+        msg(6200, 8, 0, crc_ok=False),
+        msg(6400, 9, 0, reconsume_times=99),
+        msg(6600, 10, 0, topic="no spaces allowed"),
+        msg(6800, 11, None),
+    ]
+
+
+def cq(queue_id: int, queue_offset: int, phys: int, **over: Any) -> dict[str, Any]:
+    row = {"broker": "broker-a", "broker_id": 0, "topic": "TopicA", "queue_id": queue_id}
+    return row | {"queue_offset": queue_offset, "phys_offset": phys, "size": 180} | over
+
+
+def good_consume_queue() -> Rows:
+    return [cq(0, o, o * 400) for o in range(4)] + [cq(1, o, 200 + o * 400) for o in range(2)]
+
+
+def bad_consume_queue() -> Rows:
+    return [
+        *good_consume_queue(),
+        cq(5, 0, 2000),
+        cq(5, 0, 2000),  # the same entry twice (and so not increasing)
+        cq(6, 0, 3000, size=0),
+        cq(7, 0, 4000),
+        cq(7, 1, 3900),  # points back into the commitlog
+    ]
+
+
+def offset(ts: int, queue_id: int, committed: int, **over: Any) -> dict[str, Any]:
+    row = {"broker": "broker-a", "broker_id": 0, "snapshot_ts": ts, "topic": "TopicA"}
+    row |= {"consumer_group": "g1", "queue_id": queue_id, "committed_offset": committed}
+    return row | {"max_offset": committed + 2} | over
+
+
+def good_offsets() -> Rows:
+    return [offset(T0 + s * MINUTE, q, s * 3 + q) for s in range(2) for q in range(2)]
+
+
+def bad_offsets() -> Rows:
+    return [
+        *good_offsets(),
+        offset(T0, 0, 7),  # a second offset for one snapshot/group/queue
+        offset(T0, 2, -1),
+        offset(T0, 3, 1, consumer_group="g 1"),
+        offset(1_700_000_000, 4, 1),  # seconds, not milliseconds
+    ]
+
+
+def stub(msg_id: str, **over: Any) -> dict[str, Any]:
+    row = {"msg_id": msg_id, "topic": "TopicA", "status": "CONFIRMED", "send_count": 1}
+    row |= {"body_hash": hashlib.sha256(msg_id.encode()).hexdigest(), "broker": "broker-a"}
+    row |= {"queue_id": 0, "queue_offset": 3, "created_at": T0, "updated_at": T0 + 50}
+    return row | over
+
+
+def good_stubs() -> Rows:
+    return [
+        stub("M1"),
+        stub("M2", status="UNCONFIRMED", queue_offset=None, send_count=3),
+        stub("M3", status="VOID"),
+    ]
+
+
+def bad_stubs() -> Rows:
+    return [
+        *good_stubs(),
+        stub("M1"),
+        stub("M4", status="DONE"),
+        stub("M5", body_hash="not-a-sha256"),
+        stub("M6", updated_at=T0 - 1),
+        stub("M7", send_count=17),
+    ]
+
+
+def delivery(row_id: int, **over: Any) -> dict[str, Any]:
+    row = {"id": row_id, "msg_id": f"M{row_id}", "topic": "TopicA", "group": "g1"}
+    row |= {"client_id": "127.0.0.1@1", "broker": "broker-a", "queue_id": 0}
+    row |= {"queue_offset": row_id, "reconsume_times": 0, "received_at": T0 + row_id}
+    return row | {"outcome": "CONSUMED", "finished_at": T0 + row_id + 20} | over
+
+
+def good_log() -> Rows:
+    return [
+        delivery(1),
+        delivery(2, outcome="RECONSUME_LATER", reconsume_times=1),
+        delivery(3, outcome=None, finished_at=None),  # still being consumed
+    ]
+
+
+def bad_log() -> Rows:
+    return [
+        *good_log(),
+        delivery(1),
+        delivery(4, outcome="OK"),
+        delivery(5, finished_at=T0),  # finished before it was received
+        delivery(6, finished_at=None),  # an outcome but no finish time
+        delivery(7, group="bad group!"),
+    ]
+
+
+def damage(offset: int, final: bool, **over: Any) -> dict[str, Any]:
+    row = {"broker": "broker-a", "broker_id": 0, "file": "00000000000000000000"}
+    row |= {"position": offset, "log_offset": offset, "length": 64, "reason": "torn"}
+    return row | {"detail": "TOTALSIZE 300, 64 bytes left", "final": final} | over
+
+
+def finding(kind: str, msg_id: str | None, group: str | None, count: int, **over: Any) -> Rows:
+    return [{"kind": kind, "msg_id": msg_id, "group": group, "count": count} | over]
+
+
+def lag(ts: int, status: str, lag_messages: int, lag_ms: int, queue_id: int = 0) -> Rows:
+    row = {"topic": "TopicA", "broker": "broker-a", "queue_id": queue_id, "snapshot_ts": ts}
+    row |= {"lag_messages": lag_messages, "lag_ms": lag_ms, "status": status}
+    return finding("lag", None, "g1", lag_messages, cause="snapshot", **row)
+
+
+def good_audits() -> dict[str, Rows]:
+    dead = {"original_topic": "TopicA", "cause": "max_reconsume_times"}
+    return {
+        "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
+        + finding("delivered_twice", "U2", "g1", 2, cause="rebalance_overlap"),
+        "audit_losses": [],
+        # An old STALLED snapshot that has since recovered does not fail today's gate.
+        "audit_lag": lag(T0, "STALLED", 50_000, 3_600_000) + lag(T0 + MINUTE, "OK", 5, 200),
+        "audit_dead_letters": finding(
+            "dead_lettered", "D1", "g1", 17, age_ms=30 * DAY, replayed=True, **dead
+        )
+        + finding("dead_lettered", "D2", "g1", 17, age_ms=DAY, replayed=False, **dead),
+        "resend_candidates": finding(
+            "resend_due", "M1", None, 1, cause="unconfirmed", send_count=1
+        ),
+        "manual_handling": [],
+        "consistency": [],
+    }
+
+
+def bad_audits() -> dict[str, Rows]:
+    good = good_audits()
+    return good | {
+        "audit_duplicates": good["audit_duplicates"]
+        + finding("duplicate_effect", "U3", "g1", 2, cause="offset_not_committed")
+        + finding("delivered_twice", "U4", "g1", 1, cause="retry"),
+        "audit_losses": finding("vanished", "U5", "g1", 0, cause="?"),
+        "audit_lag": good["audit_lag"][:1]
+        + lag(T0 + MINUTE, "STOPPED", 20_000, 2 * 3_600_000)  # queue 0 now: stopped, behind
+        + lag(T0 + 2 * MINUTE, "BROKEN", 1, 1, queue_id=1),
+        "audit_dead_letters": good["audit_dead_letters"]
+        + finding("dead_lettered", "D3", "g1", 17, age_ms=30 * DAY, replayed=False, cause="x"),
+        "resend_candidates": good["resend_candidates"] * 2,
+        "manual_handling": finding("max_send_count", "M9", None, 1, cause="send_count 16"),
+        "consistency": finding("offset_regression", None, "g1", 1, cause="offset 9 -> 4"),
+    }
+
+
+def lake(spark: SparkSession, bad: bool) -> dict[str, DataFrame]:
+    """Every gated table, plus one without a suite (listed as unvalidated)."""
+    ingested = {
+        "messages": bad_messages() if bad else good_messages(),
+        "consume_queue": bad_consume_queue() if bad else good_consume_queue(),
+        "consumer_offsets": bad_offsets() if bad else good_offsets(),
+        "message_stub": bad_stubs() if bad else good_stubs(),
+        "message_log": bad_log() if bad else good_log(),
+        "quarantine": [damage(0, True)] if bad else [damage(4096, False)],
+    }
+    tables = {t: frame(spark, TABLES[t], rows) for t, rows in ingested.items()}
+    audits = bad_audits() if bad else good_audits()
+    tables |= {t: frame(spark, AUDIT_SCHEMAS[t], rows) for t, rows in audits.items()}
+    tables["ingest_checkpoint"] = frame(spark, TABLES["ingest_checkpoint"], [])
+    return tables
+
+
+_BETWEEN = "expect_column_values_to_be_between"
+_NOT_NULL = "expect_column_values_to_not_be_null"
+_PAIR = "expect_column_pair_values_a_to_be_greater_than_b"
+_IN_SET = "expect_column_values_to_be_in_set"
+_UNIQUE = "expect_column_values_to_be_unique"
+_COMPOUND = "expect_compound_columns_to_be_unique"
+_REGEX = "expect_column_values_to_match_regex"
+_ROWS = "expect_table_row_count_to_be_between"
+
+# table -> the (expectation, columns) each bad table must fail, and nothing else.
+BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
+    "messages": {
+        (_COMPOUND, ("broker", "broker_id", "phys_offset")),
+        (_PAIR, ("queue_offset", "prev_queue_offset")),
+        (_BETWEEN, ("store_before_born_ms",)),
+        (_IN_SET, ("crc_ok",)),
+        (_BETWEEN, ("reconsume_times",)),
+        (_REGEX, ("topic",)),
+        (_NOT_NULL, ("queue_offset",)),
+    },
+    "consume_queue": {
+        (_COMPOUND, ("broker", "broker_id", "topic", "queue_id", "queue_offset")),
+        (_PAIR, ("phys_offset", "prev_phys_offset")),
+        (_BETWEEN, ("size",)),
+    },
+    "consumer_offsets": {
+        (_COMPOUND, ("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id")),
+        (_BETWEEN, ("committed_offset",)),
+        (_REGEX, ("consumer_group",)),
+        (_BETWEEN, ("snapshot_ts",)),
+    },
+    "message_stub": {
+        (_UNIQUE, ("msg_id",)),
+        (_IN_SET, ("status",)),
+        (_REGEX, ("body_hash",)),
+        (_PAIR, ("updated_at", "created_at")),
+        (_BETWEEN, ("send_count",)),
+    },
+    "message_log": {
+        (_UNIQUE, ("id",)),
+        (_IN_SET, ("outcome",)),
+        (_PAIR, ("finished_at", "received_at")),
+        (_NOT_NULL, ("finished_at",)),
+        (_REGEX, ("group",)),
+    },
+    "quarantine": {(_ROWS, ())},
+    "audit_duplicates": {(_ROWS, ()), (_BETWEEN, ("count",))},
+    "audit_losses": {(_ROWS, ()), (_IN_SET, ("kind",)), (_BETWEEN, ("count",))},
+    "audit_lag": {
+        (_IN_SET, ("status",)),
+        (_BETWEEN, ("lag_messages",)),
+        (_BETWEEN, ("lag_ms",)),
+        ("expect_column_values_to_not_be_in_set", ("status",)),
+    },
+    "audit_dead_letters": {(_BETWEEN, ("age_ms",))},
+    "resend_candidates": {(_UNIQUE, ("msg_id",))},
+    "manual_handling": {(_ROWS, ())},
+    "consistency": {(_ROWS, ())},
+}
