@@ -40,6 +40,7 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/store_bench.py
+	$(PY) benchmarks/cluster_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:

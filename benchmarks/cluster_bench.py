@@ -30,6 +30,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from broker_runtime.common import aio  # noqa: E402 - after the path is set
+
 TOPIC, GROUP, QUEUE, STREAM = "Bench", "bench-group", "bench", "bench"
 BATCH = 64
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -183,7 +185,7 @@ def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: floa
                 lat.append(loop.time() - t)
             return len(lat) * batch, time.time(), lat
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 def redis_producer(port: int, batch: int, size: int, start_at: float, seconds: float) -> Any:
@@ -269,7 +271,7 @@ def ours_consume(ns: str, count: int) -> float:
         await c.shutdown()
         return elapsed
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 def redis_consume(port: int, count: int) -> float:
@@ -340,7 +342,7 @@ def e2e_consumer(ns: str, total: int, conn: Any) -> None:
         await c.shutdown()
         return {**state, "finished": finished, "lost": total - state["unique"]}
 
-    conn.send(asyncio.run(main()))
+    conn.send(aio.run(main()))
 
 
 def e2e_producer(ns: str, first: int, last: int, size: int) -> int:
@@ -355,7 +357,7 @@ def e2e_producer(ns: str, first: int, last: int, size: int) -> int:
                 await p.send_batch([new_message("E2E", s.to_bytes(8, "big") + pad) for s in seqs])
         return last - first
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 def end_to_end(ns: str, total: int, size: int, producers: int = 4) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from broker_runtime.client.model import (
     SendStatus,
 )
 from broker_runtime.client.rebalance import MessageQueue
-from broker_runtime.common.message import UNIQ_KEY
 from broker_runtime.remoting.bodies import HeartbeatData, TopicRouteData, decode_json
 from broker_runtime.remoting.client import RemotingClient
 from broker_runtime.remoting.command import RemotingCommand, request
@@ -242,6 +241,3 @@ class MQClientAPI:
         resp = self.check(await self.invoke(addr, request(code, fields)), addr)
         return decode_json(resp.body, str(code)) if resp.body else {}
 
-
-def uniq_keys(props: list[dict[str, str]]) -> tuple[str, ...]:
-    return tuple(p.get(UNIQ_KEY, "") for p in props)

@@ -25,6 +25,7 @@ from broker_runtime.client.offset_store import (
     OffsetStore,
     ReadType,
     RemoteBrokerOffsetStore,
+    default_offsets_dir,
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.puller import Puller
@@ -47,11 +48,6 @@ from broker_runtime.remoting.protocol import RequestCode
 log = logging.getLogger(__name__)
 
 HALF_HOUR_MS = 30 * 60 * 1000
-
-
-def default_offsets_dir() -> Path:
-    """RocketMQ's `~/.rocketmq_offsets` (rocketmq.client.localOffsetStoreDir)."""
-    return Path.home() / ".rocketmq_offsets"
 
 
 class ConsumerBase:
@@ -113,18 +109,34 @@ class ConsumerBase:
         self._wakeup: asyncio.Event | None = None
         self._rebalance_lock: asyncio.Lock | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- subscriptions ----------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to `topic` with a tag expression (`*`, `TAGA || TAGB`)."""
+        """Subscribe to `topic` with a tag expression (`*`, `TAGA || TAGB`).
+
+        On a started consumer, call it on the consumer's event loop: the brokers hear of it
+        at once and a rebalance follows.
+        """
         self.subscriptions[validate_topic(topic)] = parse(topic, expression)
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self._subscriptions_changed()
 
     def unsubscribe(self, topic: str) -> None:
         self.subscriptions.pop(topic, None)
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self._subscriptions_changed()
+
+    def _subscriptions_changed(self) -> None:
+        if not self.running:
+            return
+
+        async def announce() -> None:
+            await self.instance.refresh_routes()
+            await self.instance.heartbeat_all()
+            self.rebalance_now()
+
+        task = asyncio.get_running_loop().create_task(announce())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _heartbeat_data(self) -> HeartbeatData:
         subs = [SubscriptionData(t, s.expression) for t, s in self.subscriptions.items()]

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consume_service import ReceivedHook
 from broker_runtime.client.consumer_base import ConsumerBase
 from broker_runtime.client.model import (
     ConsumeFromWhere,
@@ -78,6 +79,7 @@ class LitePullConsumer(ConsumerBase):
         self._buffer: asyncio.Queue[_Request] | None = None
         self._buffered = 0
         self._next_commit = 0.0
+        self.on_received: list[ReceivedHook] = []  # (mq, msgs) as poll hands them out
 
     # -- assignment -------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -176,6 +178,8 @@ class LitePullConsumer(ConsumerBase):
             offset = pq.remove([m.queue_offset for m in msgs], self.clock.now_ms())
             if offset >= 0:
                 self.consumed_offsets[mq] = offset
+            for hook in self.on_received:
+                hook(mq, msgs)
             return msgs
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:

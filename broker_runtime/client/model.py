@@ -96,6 +96,10 @@ class ReceivedMessage:
         return self.msg.properties.get(UNIQ_KEY) or self.msg.msg_id
 
     @property
+    def uniq_key(self) -> str | None:
+        return self.msg.properties.get(UNIQ_KEY)
+
+    @property
     def offset_msg_id(self) -> str:
         return self.msg.msg_id
 

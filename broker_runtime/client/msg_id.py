@@ -20,8 +20,6 @@ from collections.abc import Callable
 
 from broker_runtime.common.message import UNIQ_KEY, Message
 
-_TAIL = struct.Struct(">iH")
-
 
 def month_start_ms(now_ms: int) -> int:
     """Epoch ms of the first instant of `now_ms`'s month (UTC: timestamps are UTC here)."""
@@ -63,10 +61,12 @@ class UniqIdGenerator:
         now = self._now_ms()
         if now >= self._next_start:
             self._set_start(now)
-        # Java casts to int and short: both wrap.
-        span = (now - self._start + 2**31) % 2**32 - 2**31
-        tail = _TAIL.pack(span, next(self._counter) & 0xFFFF)
-        return self.prefix + tail.hex().upper()
+        # Java casts to int and short: both wrap (the low 32 and 16 bits, in hex).
+        return "%s%08X%04X" % (  # noqa: UP031 - the fastest of the formatting ways here
+            self.prefix,
+            (now - self._start) & 0xFFFFFFFF,
+            next(self._counter) & 0xFFFF,
+        )
 
 
 def uniq_id_ip(msg_id: str) -> str:

@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 NO_OFFSET = -1  # the group never committed an offset for the queue
 
 
+def default_offsets_dir() -> Path:
+    """RocketMQ's `~/.rocketmq_offsets` (rocketmq.client.localOffsetStoreDir)."""
+    return Path.home() / ".rocketmq_offsets"
+
+
 class ReadType(Enum):
     MEMORY = "READ_FROM_MEMORY"
     STORE = "READ_FROM_STORE"

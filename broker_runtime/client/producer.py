@@ -30,6 +30,7 @@ from broker_runtime.common.message import (
     DELAY,
     MAX_RECONSUME_TIMES,
     RECONSUME_TIME,
+    UNIQ_KEY,
     Message,
     properties_to_string,
 )
@@ -61,8 +62,15 @@ QueueSelector = Callable[[Sequence[MessageQueue], Message, object], MessageQueue
 
 
 def select_by_hash(mqs: Sequence[MessageQueue], msg: Message, key: object) -> MessageQueue:
-    """SelectMessageQueueByHash: `abs(key.hashCode() % n)`, with Java's String hash."""
-    h = java_string_hash(key) if isinstance(key, str) else hash(key)
+    """SelectMessageQueueByHash: `abs(key.hashCode() % n)`, with Java's hash codes.
+
+    Stable across processes (Python's own str/bytes hash is salted per process): an int
+    is its own hash code, as Integer's; anything else hashes as the string it prints as.
+    """
+    if isinstance(key, int) and not isinstance(key, bool):
+        h = key
+    else:
+        h = java_string_hash(key if isinstance(key, str) else str(key))
     return mqs[abs(h) % len(mqs)]
 
 
@@ -100,6 +108,8 @@ class Producer:
         self._running = False
         self._pending: set[asyncio.Task[SendResult]] = set()
         self._valid_topics: set[str] = set()
+        self._refreshing: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -112,6 +122,9 @@ class Producer:
         self._running = False
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.instance.unregister_all(self.group, None)
         await self.instance.close()
 
@@ -249,6 +262,7 @@ class Producer:
                 result = await self._send_kernel(msgs, mq, timeout_s)
             except (RemotingError, MQClientError) as e:
                 self.faults.failed(mq.broker, self.clock.now_ms())
+                self._refresh_route_soon(mq.topic)
                 if isinstance(e, MQBrokerError) and e.code not in RETRY_CODES:
                     raise
                 errors.append(f"{mq.broker}: {e}")
@@ -259,6 +273,25 @@ class Producer:
         raise MQClientError(
             f"send to {msgs[0].topic} failed after {len(errors)} attempt(s): {'; '.join(errors)}"
         ) from error
+
+    def _refresh_route_soon(self, topic: str) -> None:
+        """After a failure the route may be stale (a master gone): ask again, in the
+        background, once at a time per topic."""
+        if topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
+            try:
+                await self.instance.update_route(topic)
+            except Exception as e:
+                log.info("route of %s not refreshed after a failure: %s", topic, e)
+            finally:
+                self._refreshing.discard(topic)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._background.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._background.discard)
 
     def _header(
         self, msg: Message, mq: MessageQueue, batch: bool = False
@@ -289,7 +322,7 @@ class Producer:
         addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
         if addr is None:
             addr = await self.instance.master_addr(mq.broker, mq.topic)
-        ids = tuple(m.properties.get("UNIQ_KEY", "") for m in msgs)
+        ids = tuple(m.properties[UNIQ_KEY] for m in msgs)
         if len(msgs) == 1:
             header = self._header(msgs[0], mq)
             body = msgs[0].body

@@ -112,7 +112,10 @@ class SyncLitePullConsumer:
         self.shutdown()
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.consumer.subscribe(topic, expression)
+        async def on_loop() -> None:  # the consumer's state belongs to its loop thread
+            self.consumer.subscribe(topic, expression)
+
+        self._loop.run(on_loop())
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         self._loop.run(self.consumer.assign(list(mqs)))

@@ -181,3 +181,13 @@ def test_hash_collision_is_caught_by_the_string_check() -> None:
 def test_expression_without_a_tag_is_refused() -> None:
     with pytest.raises(SubscriptionError, match="names no tag"):
         parse("T", " || ")
+
+
+def test_hash_selector_is_stable_and_matches_java() -> None:
+    from broker_runtime.client.producer import select_by_hash
+
+    qs = mqs("a", "b", n=4)  # 8 queues
+    msg = Message("T", b"x")
+    assert select_by_hash(qs, msg, "order-42") == qs[abs(java_string_hash("order-42")) % 8]
+    assert select_by_hash(qs, msg, 13) == qs[13 % 8] and select_by_hash(qs, msg, -13) == qs[5]
+    assert select_by_hash(qs, msg, b"k") == select_by_hash(qs, msg, "b'k'")
