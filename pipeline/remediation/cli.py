@@ -49,6 +49,26 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     replay.set_defaults(func=cmd_replay)
 
+    resend = cmds.add_parser(
+        "resend",
+        help="resend the due resend candidates of the last audit; void those at max send count",
+        description="Each stub is checked again in the live ledgers first, so a second run "
+        "sends nothing twice. Actions go to LAKE/resend_log.",
+    )
+    resend.add_argument("--lake", type=Path, required=True)
+    resend.add_argument("--data-dir", type=Path, required=True, help="cluster data dir (ledgers)")
+    resend.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    resend.add_argument("--namesrv", default=None, help="default: DIR/cluster.json's")
+    resend.add_argument("--access-key", default=None)
+    resend.add_argument("--secret-key", default=None)
+    resend.add_argument("--as-of", default="now", help="due time: epoch ms, ISO 8601 or now")
+    resend.add_argument("--max-send-count", type=int, default=16)
+    resend.add_argument("--report-dir", type=Path, default=None, help="manual_handling.csv/json")
+    resend.add_argument("--run-id", default=None, help="default: a new one")
+    resend.add_argument("--spark-master", default=DEFAULT_MASTER)
+    resend.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    resend.set_defaults(func=cmd_resend)
+
 
 def _target(args: argparse.Namespace) -> Any:
     from broker_runtime.cli.client_args import namesrv_of_data_dir
@@ -58,6 +78,33 @@ def _target(args: argparse.Namespace) -> Any:
         return None
     namesrv = args.namesrv or namesrv_of_data_dir(args.data_dir)
     return BrokerTarget(namesrv, args.access_key, args.secret_key)
+
+
+def cmd_resend(args: argparse.Namespace) -> int:
+    from broker_runtime.cli.client_args import parse_time_ms
+
+    as_of = parse_time_ms(args.as_of)
+    if args.max_send_count < 1:
+        raise ValueError(f"--max-send-count must be >= 1, got {args.max_send_count}")
+    from pipeline.jobs.resend import run_resend  # Spark loads only when a job runs
+
+    target = None
+    if args.namesrv or (args.data_dir / "cluster.json").is_file():
+        target = _target(args)
+    summary = run_resend(
+        str(args.lake.resolve()),
+        args.data_dir,
+        target,
+        as_of_ms=as_of,
+        run_id=args.run_id or f"resend-{uuid.uuid4().hex[:16]}",
+        ledger_url=args.ledger_url,
+        max_send_count=args.max_send_count,
+        report_dir=args.report_dir,
+        master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
