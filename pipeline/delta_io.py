@@ -175,6 +175,17 @@ class DeltaIO:
         filters = [(k, "=", v) for k, v in values.items()]
         self._commit(path, schema, partition_by, files, "overwrite", None, filters)
 
+    def overwrite(self, df: DataFrame, path: str, schema: StructType) -> int:
+        """Replace all of the table's rows with `df`'s in one commit (creating the table);
+        returns the rows written."""
+        df = df.select(*[f.name for f in schema.fields])
+        if self.backend == "native":
+            df.write.format("delta").mode("overwrite").save(path)
+            return _last_output_rows(self.spark, path)
+        files = self._write_files(df, path, ())
+        mode = "overwrite" if table_exists(path) else "append"
+        return self._commit(path, schema, (), files, mode, None)
+
     def merge_upsert(
         self,
         df: DataFrame,

@@ -1,0 +1,207 @@
+"""The audit job: the ingested tables of a lake -> its audit tables, each at LAKE/<name>.
+
+Every run recomputes each audit table from all ingested data and overwrites it whole, in one
+commit per table, stamped with the run's `as_of_ms`. Overwrite rather than merge because the
+findings are a function of the whole lake: a duplicate found yesterday may be a resolved
+retry today, and a merge by keys would keep the stale row. A table whose new rows equal its
+current rows is not written at all, so re-running the same as-of over the same lake commits
+nothing; earlier runs stay readable through Delta's history.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import audit_schemas as A
+from pipeline import schemas as S
+from pipeline.delta_io import DeltaIO, table_exists
+from pipeline.jobs.checkpoint import COMMITLOG
+from pipeline.jobs.ingest import table_path
+from pipeline.spark_session import apply_sql_conf, build_spark
+from pipeline.transforms.audit_common import MESSAGE_COLUMNS
+from pipeline.transforms.consistency import audit_consistency
+from pipeline.transforms.dead_letters import audit_dead_letters
+from pipeline.transforms.duplicates import audit_duplicates
+from pipeline.transforms.lag import LagThresholds, audit_lag
+from pipeline.transforms.losses import audit_losses
+from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT, manual_handling, resend_candidates
+
+REPLAY_LOG = "dlq_replay_log"
+
+
+@dataclass(frozen=True)
+class AuditThresholds:
+    """The audit's tunables: lag status thresholds and the resend job's max send count."""
+
+    lag: LagThresholds = field(default_factory=LagThresholds)
+    max_send_count: int = DEFAULT_MAX_SEND_COUNT
+
+    def __post_init__(self) -> None:
+        if self.max_send_count < 1:
+            raise ValueError(f"max_send_count must be >= 1, got {self.max_send_count}")
+
+
+@dataclass
+class _Inputs:
+    messages: DataFrame
+    consume_queue: DataFrame
+    offsets: DataFrame
+    stubs: DataFrame
+    log: DataFrame
+    quarantine: DataFrame
+    checkpoint: DataFrame
+    replay_log: DataFrame
+
+
+def _say(message: str, enabled: bool) -> None:
+    if enabled:
+        print(f"audit: {message}", file=sys.stderr, flush=True)
+
+
+def ingested_until(checkpoint: DataFrame) -> DataFrame:
+    """Per broker: when its commitlog was last planned for reading by a run that finished.
+
+    Anything a broker acknowledged before then is in what that run read, if it was stored.
+    """
+    rows = checkpoint.filter(F.col("source") == COMMITLOG)
+    done = rows.filter(F.col("status") == "done").select("run").distinct()
+    planned = rows.filter(F.col("status") == "planned").join(done, on="run", how="inner")
+    return planned.groupBy("broker").agg(F.max("created_at").alias("ingested_to_ms"))
+
+
+def default_as_of(inputs: _Inputs) -> int:
+    """The lake's own clock: when it was last ingested, else its latest event time."""
+    probes = [
+        inputs.checkpoint.agg(F.max("created_at")),
+        inputs.messages.agg(F.max("store_ts")),
+        inputs.offsets.agg(F.max("snapshot_ts")),
+        inputs.log.agg(F.max(F.greatest("received_at", "finished_at"))),
+        inputs.stubs.agg(F.max("updated_at")),
+    ]
+    for probe in probes:
+        value = probe.first()[0]  # type: ignore[index]
+        if value is not None:
+            return int(value)
+    raise ValueError("the lake has no ingested data to audit (pass an explicit as-of time)")
+
+
+def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
+    def read(name: str, schema: Any) -> DataFrame:
+        return io.read(table_path(lake, name), schema)
+
+    messages = read("messages", S.MESSAGES).select(*MESSAGE_COLUMNS)
+    offsets = read("consumer_offsets", S.CONSUMER_OFFSETS)
+    if "min_offset" not in offsets.columns:  # the queue's min offset, where ingest records it
+        offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
+    return _Inputs(
+        messages=messages.persist(StorageLevel.MEMORY_AND_DISK),
+        consume_queue=read("consume_queue", S.CONSUME_QUEUE),
+        offsets=offsets,
+        stubs=read("message_stub", S.MESSAGE_STUB),
+        log=read("message_log", S.MESSAGE_LOG),
+        quarantine=read("quarantine", S.QUARANTINE),
+        checkpoint=read("ingest_checkpoint", S.INGEST_CHECKPOINT),
+        replay_log=read(REPLAY_LOG, A.DLQ_REPLAY_LOG),
+    )
+
+
+def audit_tables(
+    inputs: _Inputs, as_of_ms: int, thresholds: AuditThresholds
+) -> dict[str, DataFrame]:
+    """Every audit table as a DataFrame (lazy), by name."""
+    i = inputs
+    return {
+        "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms),
+        "audit_losses": audit_losses(
+            i.messages, i.stubs, i.log, i.offsets, ingested_until(i.checkpoint), as_of_ms
+        ),
+        "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
+        "audit_dead_letters": audit_dead_letters(i.messages, i.log, i.replay_log, as_of_ms),
+        "resend_candidates": resend_candidates(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
+        "manual_handling": manual_handling(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
+        "consistency": audit_consistency(
+            i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
+        ),
+    }
+
+
+def _same_rows(a: DataFrame, b: DataFrame) -> bool:
+    return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
+
+
+def _write(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[int, bool]:
+    """Overwrite the table unless it already holds exactly these rows; (rows, written)."""
+    schema = A.AUDIT_TABLES[name]
+    rows = df.count()
+    if table_exists(path) and _same_rows(df, io.read(path, schema)):
+        return rows, False
+    io.overwrite(df, path, schema)
+    return rows, True
+
+
+def _kinds(df: DataFrame) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in df.groupBy("kind", "cause").count().collect():
+        out.setdefault(r["kind"], {})[r["cause"]] = int(r["count"])
+    return out
+
+
+def _latest_lag_status(df: DataFrame) -> dict[str, int]:
+    latest = df.groupBy("group", "topic", "broker", "queue_id").agg(
+        F.max_by("status", "snapshot_ts").alias("status")
+    )
+    return {r["status"]: int(r["count"]) for r in latest.groupBy("status").count().collect()}
+
+
+def run_audit(
+    lake: str | Path,
+    spark: SparkSession | None = None,
+    as_of_ms: int | None = None,
+    thresholds: AuditThresholds | None = None,
+    *,
+    master: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Audit the lake at `as_of_ms` (default: its last ingest time); returns a summary."""
+    started = time.monotonic()
+    thresholds = thresholds or AuditThresholds()
+    spark = spark or build_spark("mqaudit-audit", master)
+    apply_sql_conf(spark)
+    io = DeltaIO(spark)
+    root = str(Path(lake).resolve())
+    inputs = _read_inputs(io, root)
+    try:
+        as_of = default_as_of(inputs) if as_of_ms is None else int(as_of_ms)
+        _say(f"lake {root} as of {as_of} ({io.backend} Delta backend)", progress)
+        summary: dict[str, Any] = {
+            "lake": root,
+            "as_of_ms": as_of,
+            "backend": io.backend,
+            "thresholds": asdict(thresholds),
+            "tables": {},
+        }
+        for name, df in audit_tables(inputs, as_of, thresholds).items():
+            t0 = time.monotonic()
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                rows, written = _write(io, df, table_path(root, name), name)
+                entry: dict[str, Any] = {"rows": rows, "written": written, "kinds": _kinds(df)}
+                if name == "audit_lag":
+                    entry["latest_status"] = _latest_lag_status(df)
+            finally:
+                df.unpersist()
+            summary["tables"][name] = entry
+            state = "written" if written else "unchanged"
+            _say(f"{name}: {rows:,} rows, {state} ({time.monotonic() - t0:.1f} s)", progress)
+    finally:
+        inputs.messages.unpersist()
+    summary["seconds"] = round(time.monotonic() - started, 3)
+    return summary

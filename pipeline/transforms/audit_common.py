@@ -1,0 +1,145 @@
+"""What the audit transforms share: stored copies, the offset series per broker, the final
+select that is each audit table's schema contract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from broker_runtime.common.topics import RETRY_PREFIX
+from broker_runtime.ledger.schema import Outcome
+
+Transform = Callable[[DataFrame], DataFrame]
+
+CONSUMED = Outcome.CONSUMED.value
+FAILURES = [Outcome.RECONSUME_LATER.value, Outcome.FAILED.value]
+
+# One stored copy of a message: master and slave hold the same unit at the same log offset,
+# so (broker group, log offset, UNIQ_KEY) names a copy once, whichever replicas have it.
+COPY = ["broker", "phys_offset", "uniq_key"]
+QUEUE = ["broker", "topic", "queue_id"]
+
+# The slim view of `messages` the audits read (no bodies or property maps).
+MESSAGE_COLUMNS = [
+    "broker",
+    "broker_id",
+    "phys_offset",
+    "total_size",
+    "msg_id",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "uniq_key",
+    "tags",
+    "store_ts",
+    "reconsume_times",
+    "original_topic",
+    "origin_msg_id",
+    "consumer_group",
+    "is_retry",
+    "is_dlq",
+    "is_scheduled",
+]
+
+
+def conform(schema: StructType, as_of_ms: int) -> Transform:
+    """The final select: `schema`'s columns in order and types, `as_of_ms` stamped.
+
+    Every other column must be there (a transform says `F.lit(None)` for what does not
+    apply), so that a misspelt column fails here instead of turning into nulls.
+    """
+
+    def apply(df: DataFrame) -> DataFrame:
+        names = [f.name for f in schema.fields if f.name != "as_of_ms"]
+        missing = [n for n in names if n not in df.columns]
+        if missing:
+            raise ValueError(f"audit rows lack column(s) {missing} of the table's schema")
+        cols = [
+            (F.lit(as_of_ms) if f.name == "as_of_ms" else F.col(f.name))
+            .cast(f.dataType)
+            .alias(f.name)
+            for f in schema.fields
+        ]
+        return df.select(*cols)
+
+    return apply
+
+
+def is_retry_topic(topic: Column) -> Column:
+    return topic.startswith(RETRY_PREFIX)
+
+
+def stored_copies(messages: DataFrame) -> DataFrame:
+    """Copies of messages as producers sent them: one row per copy, replicas collapsed.
+
+    Retry, dead-letter and schedule copies carry the same UNIQ_KEY by design (the broker
+    stores them on send-back or delay) and are left out: they are not resends.
+    """
+    first_hand = messages.filter(
+        ~F.col("is_retry")
+        & ~F.col("is_dlq")
+        & ~F.col("is_scheduled")
+        & F.col("uniq_key").isNotNull()
+        & F.col("queue_offset").isNotNull()
+    )
+    return first_hand.groupBy(*COPY, "topic", "queue_id", "queue_offset").agg(
+        F.min("store_ts").alias("store_ts"),
+        F.min("tags").alias("tags"),
+        F.min("broker_id").alias("broker_id"),
+    )
+
+
+def queue_positions(messages: DataFrame) -> DataFrame:
+    """Every stored message by queue position (any topic), replicas collapsed."""
+    return (
+        messages.filter(F.col("queue_offset").isNotNull())
+        .groupBy(*QUEUE, "queue_offset")
+        .agg(
+            F.min("store_ts").alias("store_ts"),
+            F.min_by("uniq_key", "store_ts").alias("uniq_key"),
+        )
+    )
+
+
+def preferred_offsets(offsets: DataFrame) -> DataFrame:
+    """One replica's consumer offset snapshots per broker group: the master's if it has any.
+
+    A slave's consumerOffset.json is a delayed copy of the master's; mixing both into one
+    series would show offsets going back and forth that never did.
+    """
+    per_broker = Window.partitionBy("broker").rowsBetween(
+        Window.unboundedPreceding, Window.unboundedFollowing
+    )
+    return (
+        offsets.withColumn("_chosen", F.min("broker_id").over(per_broker))
+        .filter(F.col("broker_id") == F.col("_chosen"))
+        .drop("_chosen")
+        .withColumnRenamed("consumer_group", "group")
+    )
+
+
+def latest_offsets(offsets: DataFrame) -> DataFrame:
+    """Per group and queue: the latest snapshot's committed offset and queue bounds."""
+    chosen = preferred_offsets(offsets)
+    return chosen.groupBy("group", *QUEUE).agg(
+        F.max("snapshot_ts").alias("snapshot_ts"),
+        F.max_by("committed_offset", "snapshot_ts").alias("committed_offset"),
+        F.max_by("min_offset", "snapshot_ts").alias("min_offset"),
+        F.max_by("max_offset", "snapshot_ts").alias("max_offset"),
+    )
+
+
+def queue_min_offsets(offsets: DataFrame) -> DataFrame:
+    """Per queue: its min offset at the latest snapshot (older offsets' files are deleted)."""
+    chosen = preferred_offsets(offsets).filter(F.col("min_offset").isNotNull())
+    return chosen.groupBy(*QUEUE).agg(
+        F.max_by("min_offset", "snapshot_ts").alias("min_offset"),
+    )
+
+
+def position_text(broker: Column, topic: Column, queue_id: Column, offset: Column) -> Column:
+    """`broker/topic/queue@offset`, how the audit rows name a queue position."""
+    return F.format_string("%s/%s/%s@%s", broker, topic, queue_id, offset)

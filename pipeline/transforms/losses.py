@@ -1,0 +1,200 @@
+"""`audit_losses`: messages acknowledged but not stored, or stored but never delivered.
+
+- `lost_after_ack`: the producer's stub is CONFIRMED at a queue position, and no copy with its
+  UNIQ_KEY is in any commitlog. Only stubs confirmed before the ingest read the logs are
+  judged (`ingested`: per broker, the time its log was last read to the end), and only for
+  brokers in the lake; a stub below its queue's min offset expired instead (below).
+- `never_delivered`: a stored message that a group subscribes to, whose committed offset in
+  the latest snapshot has passed it, with no delivery of it to that group in the message log.
+- `expired_before_consumed`: a stored message (or a confirmed stub) below its queue's min
+  offset (its file was deleted) that a subscribing group never received.
+
+Subscriptions are not in the lake; a group is taken to subscribe to the (topic, tag) pairs it
+has received at least once, so that messages a tag filter skipped are not reported.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from broker_runtime.ledger.schema import StubStatus
+from pipeline import audit_schemas as A
+from pipeline.transforms.audit_common import (
+    QUEUE,
+    conform,
+    latest_offsets,
+    position_text,
+    queue_min_offsets,
+    stored_copies,
+)
+
+_NO_TAG = ""
+
+
+def _tag_key(tags: str) -> Column:
+    return F.coalesce(F.col(tags), F.lit(_NO_TAG))
+
+
+def _subscriptions(copies: DataFrame, log: DataFrame) -> DataFrame:
+    """(group, topic, tag key) a group has received at least one message of."""
+    received = log.select("group", F.col("msg_id").alias("uniq_key")).distinct()
+    return (
+        received.join(copies.select("uniq_key", "topic", "tags"), on="uniq_key", how="inner")
+        .select("group", "topic", _tag_key("tags").alias("tag_key"))
+        .distinct()
+    )
+
+
+def _confirmed_absent(stubs: DataFrame, messages: DataFrame, ingested: DataFrame) -> DataFrame:
+    """CONFIRMED stubs of ingested brokers, confirmed before their log was read, with no copy."""
+    stored_keys = messages.filter(F.col("uniq_key").isNotNull()).select(
+        F.col("uniq_key").alias("msg_id")
+    )
+    return (
+        stubs.filter(
+            (F.col("status") == StubStatus.CONFIRMED.value) & F.col("queue_offset").isNotNull()
+        )
+        .join(ingested, on="broker", how="inner")
+        .filter(F.col("updated_at") <= F.col("ingested_to_ms"))
+        .join(stored_keys, on="msg_id", how="left_anti")
+    )
+
+
+def lost_after_ack(
+    stubs: DataFrame,
+    messages: DataFrame,
+    log: DataFrame,
+    min_offsets: DataFrame,
+    ingested: DataFrame,
+) -> DataFrame:
+    absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="left")
+    lost = absent.filter(
+        F.col("min_offset").isNull() | (F.col("queue_offset") >= F.col("min_offset"))
+    )
+    delivered = log.select("msg_id").distinct().withColumn("delivered", F.lit(True))
+    lost = lost.join(delivered, on="msg_id", how="left")
+    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    return lost.select(
+        "msg_id",
+        F.lit(None).cast("string").alias("group"),
+        F.lit(A.LOST_AFTER_ACK).alias("kind"),
+        F.when(F.col("delivered"), "absent_from_commitlog_after_delivery")
+        .otherwise("absent_from_commitlog")
+        .alias("cause"),
+        F.lit(1).cast("long").alias("count"),
+        "topic",
+        "broker",
+        "queue_id",
+        "queue_offset",
+        F.col("created_at").alias("first_ts"),
+        F.col("updated_at").alias("last_ts"),
+        F.lit(None).cast("long").alias("committed_offset"),
+        "min_offset",
+        F.format_string(
+            "acknowledged at %s (send %d), no copy in any commitlog", where, F.col("send_count")
+        ).alias("detail"),
+    )
+
+
+def _expired_stub_positions(
+    stubs: DataFrame, messages: DataFrame, min_offsets: DataFrame, ingested: DataFrame
+) -> DataFrame:
+    """Confirmed stubs missing from the lake because their queue's files were deleted."""
+    absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="inner")
+    return absent.filter(F.col("queue_offset") < F.col("min_offset")).select(
+        F.col("msg_id").alias("uniq_key"),
+        "topic",
+        "tags",
+        "broker",
+        "queue_id",
+        "queue_offset",
+        F.col("updated_at").alias("store_ts"),
+    )
+
+
+def undelivered(
+    messages: DataFrame,
+    stubs: DataFrame,
+    log: DataFrame,
+    offsets: DataFrame,
+    ingested: DataFrame,
+) -> DataFrame:
+    """never_delivered and expired_before_consumed rows."""
+    copies = stored_copies(messages)
+    min_offsets = queue_min_offsets(offsets)
+    positions = copies.select(
+        "uniq_key", "topic", "tags", "broker", "queue_id", "queue_offset", "store_ts"
+    ).unionByName(_expired_stub_positions(stubs, messages, min_offsets, ingested))
+    subs = _subscriptions(copies, log)
+    latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
+    delivered = log.select("group", F.col("msg_id").alias("uniq_key")).distinct()
+    candidates = (
+        positions.withColumn("tag_key", _tag_key("tags"))
+        .join(subs, on=["topic", "tag_key"], how="inner")
+        .join(delivered, on=["group", "uniq_key"], how="left_anti")
+        .join(latest, on=[*QUEUE, "group"], how="left")
+        .join(min_offsets, on=QUEUE, how="left")
+    )
+    expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+    passed = F.col("committed_offset") > F.col("queue_offset")
+    kind = (
+        F.when(expired, A.EXPIRED_BEFORE_CONSUMED)
+        .when(passed, A.NEVER_DELIVERED)
+        .otherwise(F.lit(None).cast("string"))
+    )
+    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    cause = F.when(expired, "file_deleted_before_delivery").otherwise(
+        "offset_passed_without_delivery"
+    )
+    detail = F.when(
+        expired,
+        F.format_string(
+            "%s is below the queue's min offset %d; never delivered to the group",
+            where,
+            F.col("min_offset"),
+        ),
+    ).otherwise(
+        F.format_string(
+            "committed offset %d passed %s; never delivered to the group",
+            F.col("committed_offset"),
+            where,
+        )
+    )
+    return (
+        candidates.withColumn("kind", kind)
+        .filter(F.col("kind").isNotNull())
+        .select(
+            F.col("uniq_key").alias("msg_id"),
+            "group",
+            "kind",
+            cause.alias("cause"),
+            F.lit(1).cast("long").alias("count"),
+            "topic",
+            "broker",
+            "queue_id",
+            "queue_offset",
+            F.col("store_ts").alias("first_ts"),
+            F.col("store_ts").alias("last_ts"),
+            "committed_offset",
+            "min_offset",
+            detail.alias("detail"),
+        )
+    )
+
+
+def audit_losses(
+    messages: DataFrame,
+    stubs: DataFrame,
+    log: DataFrame,
+    offsets: DataFrame,
+    ingested: DataFrame,
+    as_of_ms: int,
+) -> DataFrame:
+    """The `audit_losses` table; `ingested` has (broker, ingested_to_ms)."""
+    min_offsets = queue_min_offsets(offsets)
+    return (
+        lost_after_ack(stubs, messages, log, min_offsets, ingested)
+        .unionByName(undelivered(messages, stubs, log, offsets, ingested))
+        .transform(conform(A.AUDIT_LOSSES, as_of_ms))
+    )

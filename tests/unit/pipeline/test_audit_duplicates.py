@@ -1,0 +1,154 @@
+"""audit_duplicates on hand-built commitlog rows and message logs: every cause, and the
+look-alikes that are not duplicates."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline.transforms.duplicates import audit_duplicates, explain_deliveries
+from tests.unit.pipeline.audit_helpers import T0, assert_rows, delivery, log, messages, msg
+
+pytestmark = pytest.mark.slow
+
+RETRY = {"topic": "%RETRY%g1", "is_retry": True, "consumer_group": "g1"}
+
+
+def _commitlog() -> list[dict[str, object]]:
+    rows = []
+    for broker_id in (0, 1):  # every unit below is on the master and its slave
+        rows += [
+            msg(0, "K1", 0, broker_id=broker_id),
+            msg(400, "K1", 0, queue_id=1, broker_id=broker_id),  # resent: stored twice
+            msg(800, "K2", 1, broker_id=broker_id),  # once (the slave copy is no duplicate)
+            msg(1200, "K3", 2, broker_id=broker_id),
+            # K3's retry, schedule and dead-letter copies carry its UNIQ_KEY by design
+            msg(1600, "K3", 0, broker_id=broker_id, **RETRY, reconsume_times=1),
+            msg(2000, "K3", 0, broker_id=broker_id, topic="SCHEDULE_TOPIC_XXXX", is_scheduled=True),
+            msg(2400, "K3", 0, broker_id=broker_id, topic="%DLQ%g1", is_dlq=True),
+        ]
+    # K4 resent to another broker group
+    rows += [msg(2800, "K4", 3), msg(0, "K4", 0, broker="broker-b", phys_offset=0)]
+    return rows
+
+
+def test_stored_twice_counts_each_replica_set_once(spark: SparkSession) -> None:
+    df = audit_duplicates(messages(spark, _commitlog()), log(spark, []), T0)
+    assert_rows(
+        df,
+        ["msg_id", "group", "kind", "cause", "count", "broker", "as_of_ms", "detail"],
+        [
+            (
+                "K1",
+                None,
+                "stored_twice",
+                "producer_resend",
+                2,
+                "broker-a",
+                T0,
+                "copies at broker-a/TopicA/0@0, broker-a/TopicA/1@0",
+            ),
+            (
+                "K4",
+                None,
+                "stored_twice",
+                "producer_resend",
+                2,
+                "broker-a,broker-b",
+                T0,
+                "copies at broker-a/TopicA/0@3, broker-b/TopicA/0@0",
+            ),
+        ],
+    )
+
+
+def _deliveries() -> list[dict[str, object]]:
+    return [
+        # R1: failed, then the retry copy was consumed
+        delivery(1, "R1", outcome="RECONSUME_LATER"),
+        delivery(2, "R1", reconsume_times=1, **{"topic": "%RETRY%g1"}),
+        # R2: failed twice, still retrying: nothing to report
+        delivery(3, "R2", outcome="FAILED"),
+        delivery(4, "R2", outcome="RECONSUME_LATER", topic="%RETRY%g1", reconsume_times=1),
+        # P1: both stored copies delivered (another queue position)
+        delivery(5, "P1", queue_offset=7),
+        delivery(6, "P1", queue_id=1, queue_offset=0),
+        # P1 reached group g2 once: no duplicate there
+        delivery(7, "P1", group="g2", queue_offset=7),
+        # O1: c1 and c2 took messages from queue 0 at overlapping times
+        delivery(8, "O1", client="c2", queue_offset=8),
+        delivery(9, "O1", client="c1", queue_offset=8),
+        # C1: c1 died holding it (no outcome); c3 took the queue over later
+        delivery(20, "C1", queue_offset=9, outcome=None, finished_at=None),
+        delivery(30, "C1", client="c3", queue_offset=9),
+        # A1: consumed, offset not committed, the same client pulled it again
+        delivery(40, "A1", client="c4", queue_offset=10),
+        delivery(41, "A1", client="c4", queue_offset=10),
+        # S1: once
+        delivery(42, "S1", client="c4", queue_offset=11),
+    ]
+
+
+def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
+    steps = explain_deliveries(log(spark, _deliveries())).filter("seq > 1")
+    assert_rows(
+        steps,
+        ["msg_id", "group", "seq", "cause"],
+        [
+            ("R1", "g1", 2, "retry_after_failure"),
+            ("R2", "g1", 2, "retry_after_failure"),
+            ("P1", "g1", 2, "producer_resend"),
+            ("O1", "g1", 2, "rebalance_overlap"),
+            ("C1", "g1", 2, "redelivery_after_restart"),
+            ("A1", "g1", 2, "offset_not_committed"),
+        ],
+    )
+
+
+def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
+    df = audit_duplicates(messages(spark, []), log(spark, _deliveries()), T0)
+    assert_rows(
+        df,
+        ["msg_id", "group", "kind", "cause", "count", "consumed", "clients"],
+        [
+            ("R1", "g1", "retried_then_ok", "retry_after_failure", 2, 1, "c1"),
+            ("P1", "g1", "delivered_twice", "producer_resend", 2, 2, "c1"),
+            ("P1", "g1", "duplicate_effect", "producer_resend", 2, 2, "c1"),
+            ("O1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c1,c2"),
+            ("O1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c1,c2"),
+            ("C1", "g1", "delivered_twice", "redelivery_after_restart", 2, 1, "c1,c3"),
+            ("A1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c4"),
+            ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
+        ],
+    )
+
+
+def test_a_retry_after_a_duplicate_keeps_the_duplicate_cause(spark: SparkSession) -> None:
+    rows = [
+        delivery(1, "M", client="c4"),
+        delivery(2, "M", client="c4", outcome="RECONSUME_LATER"),  # redelivered, then failed
+        delivery(3, "M", client="c4", topic="%RETRY%g1", reconsume_times=1),
+    ]
+    df = audit_duplicates(messages(spark, []), log(spark, rows), T0)
+    assert_rows(
+        df,
+        ["msg_id", "kind", "cause", "count", "consumed", "detail"],
+        [
+            (
+                "M",
+                "delivered_twice",
+                "offset_not_committed",
+                3,
+                2,
+                "3 deliveries: #2 offset_not_committed, #3 retry_after_failure",
+            ),
+            (
+                "M",
+                "duplicate_effect",
+                "offset_not_committed",
+                2,
+                2,
+                "CONSUMED 2 times; 3 deliveries: #2 offset_not_committed, #3 retry_after_failure",
+            ),
+        ],
+    )
