@@ -164,3 +164,38 @@ def write_summary(settings: Settings, dag_id: str, run_key: str, summary: dict[s
     latest = settings.reports / dag_id / "latest.json"
     latest.write_text(json.dumps({"run": safe, "summary": str(out)}, indent=2))
     return out
+
+
+def var_template(name: str) -> str:
+    """A Jinja reference to the Variable with its default (for templated operator fields)."""
+    return "{{ var.value.get('" + name + "', '" + DEFAULTS[name] + "') }}"
+
+
+AS_OF_TEMPLATE = "{{ (data_interval_end.timestamp() * 1000) | int }}"
+INTERVAL_TEMPLATE = "{{ data_interval_end.strftime('%Y%m%dT%H%M%SZ') }}"
+
+
+def submitted(task_id: str, args: list[str]) -> Any:
+    """A SparkSubmitOperator running `spark_app.py <args>` on the Connection mqaudit_spark."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(Path(__file__).with_name("spark_app.py")),
+        application_args=args,
+        conn_id=SPARK_CONN,
+        name=f"mqaudit-{task_id}",
+        conf={"spark.sql.session.timeZone": "UTC"},
+    )
+
+
+def interval_key(ctx: Any) -> str:
+    """The run's data interval end as a folder name (reports are per interval)."""
+    end = ctx["data_interval_end"] or ctx["logical_date"]
+    return str(end.strftime("%Y%m%dT%H%M%SZ"))
+
+
+def as_of_ms(ctx: Any) -> int:
+    """The run's time: its data interval end (never the wall clock)."""
+    end = ctx["data_interval_end"] or ctx["logical_date"]
+    return int(end.timestamp() * 1000)
