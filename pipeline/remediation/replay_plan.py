@@ -33,6 +33,7 @@ from broker_runtime.common.message import (
     UNIQ_KEY,
     Message,
 )
+from broker_runtime.common.topics import is_dlq_topic, is_retry_topic
 from pipeline.remediation.reasons import outcome_unknown
 from pipeline.remediation.replay_request import ReplayRequest
 
@@ -213,7 +214,7 @@ def plan_replay(
         return LogEntry(replay_id, d.msg_id, d.group, d.topic, status, reason, None, now_ms)
 
     for d in dead_letters:
-        if d.topic is None:
+        if d.topic is None or is_retry_topic(d.topic) or is_dlq_topic(d.topic):
             plan.skipped.append(entry(d, Status.SKIPPED, "no original topic on the dead letter"))
         elif d.msg_id in doubt:
             other = doubt[d.msg_id]

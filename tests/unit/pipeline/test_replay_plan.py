@@ -175,8 +175,9 @@ def test_the_latest_row_wins_and_sent_wins_a_tie() -> None:
     assert latest(log)[("r", "A")].status is Status.SENT
 
 
-def test_a_dead_letter_without_original_topic_is_skipped() -> None:
-    plan = plan_replay("r1", request(), letters("A", topic=None), [], 5)
+@pytest.mark.parametrize("topic", [None, "%DLQ%g", "%RETRY%g"])
+def test_a_dead_letter_without_original_topic_is_skipped(topic: str | None) -> None:
+    plan = plan_replay("r1", request(), letters("A", topic=topic), [], 5)
     assert plan.planned == [] and "no original topic" in (plan.skipped[0].reason or "")
 
 
