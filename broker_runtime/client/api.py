@@ -11,6 +11,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from broker_runtime.acl.signing import sign_command
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.model import (
     MQBrokerError,
@@ -93,8 +94,6 @@ class MQClientAPI:
 
     def _sign(self, cmd: RemotingCommand) -> RemotingCommand:
         if self.config.access_key is not None and self.config.secret_key is not None:
-            from broker_runtime.acl.signing import sign_command  # only with ACL on
-
             sign_command(cmd, self.config.access_key, self.config.secret_key)
         return cmd
 

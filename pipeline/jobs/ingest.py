@@ -134,7 +134,9 @@ class _Ingest:
             cq_start = max(
                 state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
             )
-            cq_end = max(cq_start, C.dispatch_bound(b, log.data_end))
+            # Entries point at messages the lake has or gets in this run, never further.
+            cq_end = C.dispatch_bound(b, log.data_end)
+            cq_end = max(cq_start, cq_end if end > log.start else min(cq_end, log.start))
             items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
         return C.RunPlan(state.last_run + 1, False, items)
 

@@ -49,7 +49,8 @@ def stub(i: int, status: str = "CONFIRMED") -> dict[str, Any]:
         "msg_id": f"UNIQ{i:08d}", "topic": f"Topic{i % 3}", "tags": f"tag{i % 3}",
         "keys": None if i % 2 else f"k{i}", "body_hash": f"{i:064x}", "status": status,
         "send_count": 1 + i % 3, "broker": "broker-a", "queue_id": i % 4, "queue_offset": i,
-        "next_resend_at": None, "created_at": 1_700_000_000_000 + i, "updated_at": 1_700_000_000_500 + i,
+        "next_resend_at": None, "created_at": 1_700_000_000_000 + i,
+        "updated_at": 1_700_000_000_500 + i,
     }  # fmt: skip
 
 

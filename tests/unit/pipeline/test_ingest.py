@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
-from sqlalchemy import update
 
 from broker_runtime.common.message import ORIGIN_MESSAGE_ID, REAL_TOPIC, RETRY_TOPIC
 from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of
@@ -98,7 +97,7 @@ def test_round_trip_every_field(spark: SparkSession, ingested: tuple[Path, Path]
 def test_consume_queue_offsets_and_ledgers(
     spark: SparkSession, ingested: tuple[Path, Path]
 ) -> None:
-    data, lake = ingested
+    _, lake = ingested
     cq = rows(spark, lake, "consume_queue")
     msgs = rows(spark, lake, "messages")
     assert len(cq) == len(msgs)

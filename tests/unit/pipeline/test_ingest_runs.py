@@ -1,0 +1,150 @@
+"""Ingest runs over time: re-runs change nothing, new data is picked up once, damage is
+quarantined (and a damaged tail that completes later is taken back), ledger updates merge."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from sqlalchemy import insert, update
+
+from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
+from broker_runtime.store import record_codec as codec
+from broker_runtime.store.message_store import MessageStore
+from pipeline.jobs.ingest import table_path
+from pipeline.readers.commitlog import segment_files
+from tests.unit.pipeline import ledgers
+from tests.unit.pipeline.stores import config, stored, varied, write_store
+from tests.unit.pipeline.test_ingest import ingest, make_cluster, rows, versions
+
+pytestmark = pytest.mark.slow
+
+
+def test_reruns_change_nothing_and_new_data_is_read_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = make_cluster(tmp_path)
+    lake = tmp_path / "lake"
+    first = ingest(spark, data, lake)
+    before = versions(lake)
+    snapshot = {
+        t: sorted(map(repr, rows(spark, lake, t)))
+        for t in ("messages", "consume_queue", "quarantine")
+    }
+
+    again = ingest(spark, data, lake)
+    assert again["run"] is None and again["messages"] == 0
+    assert versions(lake) == before  # no commit at all, so no duplicate append
+    assert {t: sorted(map(repr, rows(spark, lake, t))) for t in snapshot} == snapshot
+
+    b = data / "brokers" / "broker-b" / "master"
+    store = MessageStore(config(b), disk_ratio=lambda _p: 0.0)
+    store.put_messages(varied(40, start=5000))
+    store.wait_dispatched(None)
+    store.shutdown()
+    co = ConsumerOffsets(b)
+    co.commit("Topic2", "groupB", 1, 4)
+    co.persist()
+    stub = ledgers.message_stub
+    voided = update(stub).where(stub.c.msg_id == "UNIQ00000003")
+    ledgers.execute(data / "ledger" / "producer.db", voided.values(status="VOID", updated_at=2))
+    ledgers.execute(
+        data / "ledger" / "consumer.db", insert(ledgers.message_log).values(ledgers.log(99))
+    )
+
+    third = ingest(spark, data, lake)
+    assert third["run"] == first["run"] + 1 and third["messages"] == 40
+    msgs = rows(spark, lake, "messages")
+    keys = [(m["broker"], m["broker_id"], m["phys_offset"]) for m in msgs]
+    assert len(keys) == len(set(keys)) == 360 + 40
+    new = [m for m in msgs if m["ingest_run"] == third["run"]]
+    assert {m["broker"] for m in new} == {"broker-b"}
+    assert sorted(m["phys_offset"] for m in new) == [m.phys_offset for m in stored(b)[-40:]]
+    assert len(rows(spark, lake, "consume_queue")) == 400
+    offsets = rows(spark, lake, "consumer_offsets")
+    assert [(o["topic"], o["committed_offset"]) for o in offsets if o["broker"] == "broker-b"] == [
+        ("Topic2", 4)
+    ]
+    stubs = {s["msg_id"]: s for s in rows(spark, lake, "message_stub")}
+    assert len(stubs) == 20 and stubs["UNIQ00000003"]["status"] == "VOID"
+    assert len(rows(spark, lake, "message_log")) == 31
+    # One append per run: the history holds no duplicate append of the same data.
+    hist = versions(lake)
+    assert (
+        hist["messages"] == before["messages"] + 1
+        and hist["consume_queue"] == before["consume_queue"] + 1
+    )
+
+
+def _corrupt(store: Path, offset: int, data: bytes) -> None:
+    path = [p for p in segment_files(store) if int(p.name) <= offset][-1]
+    with open(path, "r+b") as f:
+        f.seek(offset - int(path.name))
+        f.write(data)
+
+
+def test_damage_is_quarantined_and_a_completed_tail_is_taken_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    store = data / "brokers" / "broker-a" / "master"
+    write_store(store, varied(90))
+    msgs = stored(store)
+    crc_victim, magic_victim, last = msgs[20], msgs[60], msgs[-1]
+    _corrupt(store, crc_victim.phys_offset + codec.HEADER_SIZE, bytes([crc_victim.body[0] ^ 0x55]))
+    _corrupt(store, magic_victim.phys_offset + 4, b"\x0b\xad\xf0\x0d")
+    path = segment_files(store)[-1]
+    unit = path.read_bytes()[last.phys_offset - int(path.name) :][: last.total_size]
+    end = last.phys_offset + last.total_size
+    _corrupt(store, end, unit[:40])  # a write torn after 40 bytes
+    lake = tmp_path / "lake"
+
+    first = ingest(spark, data, lake)
+    assert first["quarantine"] == {"bad_crc": 1, "bad_magic": 1, "torn": 1}
+    q = {(r["log_offset"], r["reason"]): r for r in rows(spark, lake, "quarantine")}
+    assert set(q) == {
+        (crc_victim.phys_offset, "bad_crc"),
+        (magic_victim.phys_offset, "bad_magic"),
+        (end, "torn"),
+    }
+    assert q[(magic_victim.phys_offset, "bad_magic")]["length"] == magic_victim.total_size
+    assert q[(end, "torn")]["final"] is False and q[(end, "torn")]["file"] == path.name
+    got = {m["phys_offset"]: m for m in rows(spark, lake, "messages")}
+    assert len(got) == 89 and magic_victim.phys_offset not in got
+    assert got[crc_victim.phys_offset]["crc_ok"] is False
+
+    before = versions(lake)
+    assert ingest(spark, data, lake)["run"] is None  # the same damaged tail: nothing new
+    assert versions(lake) == before
+
+    # The torn write completes (the rest of a valid unit lands, phys offset and all).
+    tail = bytearray(unit)
+    tail[28:36] = end.to_bytes(8, "big")
+    _corrupt(store, end, bytes(tail))
+    third = ingest(spark, data, lake)
+    assert third["messages"] == 1
+    assert {(r["log_offset"], r["reason"]) for r in rows(spark, lake, "quarantine")} == {
+        (crc_victim.phys_offset, "bad_crc"), (magic_victim.phys_offset, "bad_magic"),
+    }  # fmt: skip
+    assert end in {m["phys_offset"] for m in rows(spark, lake, "messages")}
+
+
+def test_expired_log_files_and_missing_ledgers_are_reported(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    store = data / "brokers" / "broker-a" / "master"
+    write_store(store, varied(200))
+    first_file = segment_files(store)[0]
+    gone = first_file.stat().st_size
+    os.remove(first_file)  # as cleanup deletes an expired file
+    lake = tmp_path / "lake"
+    summary = ingest(spark, data, lake)
+    assert summary["quarantine"] == {"expired": 1}
+    [q] = rows(spark, lake, "quarantine")
+    assert (q["log_offset"], q["length"], q["reason"]) == (0, gone, "expired")
+    assert summary["messages"] == len(stored(store))
+    assert rows(spark, lake, "message_stub") == [] and rows(spark, lake, "message_log") == []
+    assert os.path.isdir(table_path(lake, "message_log") + "/_delta_log")
