@@ -182,7 +182,7 @@ class DeltaIO:
         if self.backend == "native":
             df.write.format("delta").mode("overwrite").save(path)
             return _last_output_rows(self.spark, path)
-        files = self._write_files(df, path, ())
+        _, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
         return self._commit(path, schema, (), files, mode, None)
 
