@@ -41,10 +41,11 @@ def _submitted_steps() -> None:
     lake, reports = var_template("mqaudit_lake"), var_template("mqaudit_reports")
     docs, run_name = f"{reports}/data-docs", f"{DAG_ID}-{INTERVAL_TEMPLATE}"
     data_dir, out = var_template("mqaudit_data_dir"), f"{reports}/{DAG_ID}/{INTERVAL_TEMPLATE}"
+    max_send = ["--max-send-count", var_template("mqaudit_max_send_count")]
     chain(
         submitted("ingest", ["ingest", "--data-dir", data_dir, "--lake", lake]),
         submitted("validate", ["validate", "--lake", lake, "--docs", docs, "--run-name", run_name]),
-        submitted("audit", ["audit", "--lake", lake, "--as-of", AS_OF_TEMPLATE]),
+        submitted("audit", ["audit", "--lake", lake, "--as-of", AS_OF_TEMPLATE, *max_send]),
         submitted("report", ["report", "--lake", lake, "--out", out, "--docs", docs]),
     )  # fmt: skip
 
@@ -87,11 +88,11 @@ def mq_audit() -> None:
 
     @task
     def audit(validated: dict[str, Any]) -> dict[str, Any]:
-        from pipeline.jobs.audit import run_audit
+        from pipeline.jobs.audit import AuditThresholds, run_audit
 
         s = load_settings()
-        as_of = as_of_ms(get_current_context())
-        return run_audit(s.lake, spark_session(s), as_of)
+        limits = AuditThresholds(max_send_count=s.max_send_count)  # as mq_retry_resend's
+        return run_audit(s.lake, spark_session(s), as_of_ms(get_current_context()), limits)
 
     @task
     def report(ingested: dict[str, Any], audited: dict[str, Any]) -> dict[str, Any]:
