@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     ingest.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ingest.set_defaults(func=cmd_ingest)
+    add_audit_parsers(cmds)
     from pipeline.remediation.cli import add_remediation_parsers
 
     add_remediation_parsers(cmds)
@@ -52,6 +53,105 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+# -- audits and reports ----------------------------------------------------------------------
+
+
+def add_audit_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`audit`, `report` and `dlq-report` under `mqaudit pipeline`."""
+    # Light modules only: the jobs (Delta, Spark sessions) load when a command runs.
+    from pipeline.transforms.lag import LagThresholds
+    from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT
+
+    lag = LagThresholds()
+    audit = cmds.add_parser(
+        "audit",
+        help="audit tables from the ingested tables (duplicates, losses, lag, DLQ, resend)",
+        description="Rewrites every audit table at LAKE/<name>; prints a JSON summary on "
+        "stdout, progress on stderr. Re-running the same --as-of over the same lake commits "
+        "nothing.",
+    )
+    audit.add_argument("--lake", type=Path, required=True)
+    audit.add_argument("--spark-master", default=DEFAULT_MASTER)
+    audit.add_argument(
+        "--as-of",
+        type=int,
+        default=None,
+        help="the run's time, epoch ms (default: the lake's last ingest time)",
+    )
+    audit.add_argument("--warn-lag-messages", type=int, default=lag.warn_lag_messages)
+    audit.add_argument("--warn-lag-ms", type=int, default=lag.warn_lag_ms)
+    audit.add_argument("--stopped-after-ms", type=int, default=lag.stopped_after_ms)
+    audit.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
+    audit.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    audit.set_defaults(func=cmd_audit)
+
+    report = cmds.add_parser(
+        "report",
+        help="HTML audit report with plots from the audit tables",
+        description="Writes OUT/audit_report.html and its PNG plots; prints the paths.",
+    )
+    report.add_argument("--lake", type=Path, required=True)
+    report.add_argument("--out", type=Path, required=True)
+    report.add_argument("--docs", type=Path, default=None, help="Data Docs folder to link to")
+    report.add_argument("--spark-master", default=DEFAULT_MASTER)
+    report.set_defaults(func=cmd_report)
+
+    dlq = cmds.add_parser(
+        "dlq-report",
+        help="dead-letter report (HTML and CSV) from audit_dead_letters",
+        description="Writes OUT/dlq_report.html, OUT/dead_letters.csv and a plot.",
+    )
+    dlq.add_argument("--lake", type=Path, required=True)
+    dlq.add_argument("--out", type=Path, required=True)
+    dlq.add_argument("--spark-master", default=DEFAULT_MASTER)
+    dlq.set_defaults(func=cmd_dlq_report)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from pipeline.jobs.audit import AuditThresholds, run_audit
+    from pipeline.transforms.lag import LagThresholds
+
+    _lake_must_exist(args.lake)
+    thresholds = AuditThresholds(
+        LagThresholds(args.warn_lag_messages, args.warn_lag_ms, args.stopped_after_ms),
+        args.max_send_count,
+    )
+    summary = run_audit(
+        args.lake,
+        as_of_ms=args.as_of,
+        thresholds=thresholds,
+        master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _lake_must_exist(lake: Path) -> None:
+    if not lake.is_dir():
+        raise ValueError(f"lake {lake} does not exist")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipeline.reports.audit_report import build_report
+
+    _lake_must_exist(args.lake)
+    result = build_report(args.lake, args.out, docs_dir=args.docs, master=args.spark_master)
+    print(json.dumps(result, indent=2))
+    print(f"audit report: {result['html']}")
+    return 0
+
+
+def cmd_dlq_report(args: argparse.Namespace) -> int:
+    from pipeline.reports.dlq_report import build_dlq_report
+
+    _lake_must_exist(args.lake)
+    result = build_dlq_report(args.lake, args.out, master=args.spark_master)
+    print(json.dumps(result, indent=2))
+    print(f"dead-letter report: {result['html']} (CSV {result['csv']})")
     return 0
 
 

@@ -4,8 +4,9 @@ Every run recomputes each audit table from all ingested data and overwrites it w
 commit per table, stamped with the run's `as_of_ms`. Overwrite rather than merge because the
 findings are a function of the whole lake: a duplicate found yesterday may be a resolved
 retry today, and a merge by keys would keep the stale row. A table whose new rows equal its
-current rows is not written at all, so re-running the same as-of over the same lake commits
-nothing; earlier runs stay readable through Delta's history.
+current rows (same row count and sum of 64-bit row hashes) is not written at all, so
+re-running the same as-of over the same lake commits nothing; earlier runs stay readable
+through Delta's history.
 """
 
 from __future__ import annotations
@@ -133,25 +134,39 @@ def audit_tables(
     }
 
 
-def _same_rows(a: DataFrame, b: DataFrame) -> bool:
-    return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
+@dataclass(frozen=True)
+class _Profile:
+    """What a run reports about a table, and a fingerprint of its rows as a multiset."""
+
+    rows: int
+    fingerprint: int
+    kinds: dict[str, dict[str, int]]
 
 
-def _write(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[int, bool]:
-    """Overwrite the table unless it already holds exactly these rows; (rows, written)."""
+def _profile(df: DataFrame) -> _Profile:
+    """Rows per kind and cause, and (rows, sum of row hashes): one Spark job."""
+    row_hash = F.xxhash64(*[F.col(c) for c in df.columns]).cast("decimal(38,0)")
+    groups = (
+        df.groupBy("kind", "cause")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h"))
+        .collect()
+    )
+    kinds: dict[str, dict[str, int]] = {}
+    for r in groups:
+        kinds.setdefault(r["kind"], {})[r["cause"]] = int(r["n"])
+    return _Profile(sum(int(r["n"]) for r in groups), sum(int(r["h"]) for r in groups), kinds)
+
+
+def _write(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[_Profile, bool]:
+    """Overwrite the table unless it already holds the same rows; (profile, written)."""
     schema = A.AUDIT_TABLES[name]
-    rows = df.count()
-    if table_exists(path) and _same_rows(df, io.read(path, schema)):
-        return rows, False
+    new = _profile(df)
+    if table_exists(path):
+        old = _profile(io.read(path, schema))
+        if (old.rows, old.fingerprint) == (new.rows, new.fingerprint):
+            return new, False
     io.overwrite(df, path, schema)
-    return rows, True
-
-
-def _kinds(df: DataFrame) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for r in df.groupBy("kind", "cause").count().collect():
-        out.setdefault(r["kind"], {})[r["cause"]] = int(r["count"])
-    return out
+    return new, True
 
 
 def _latest_lag_status(df: DataFrame) -> dict[str, int]:
@@ -172,6 +187,8 @@ def run_audit(
 ) -> dict[str, Any]:
     """Audit the lake at `as_of_ms` (default: its last ingest time); returns a summary."""
     started = time.monotonic()
+    if not Path(lake).is_dir():
+        raise ValueError(f"lake {lake} does not exist")
     thresholds = thresholds or AuditThresholds()
     spark = spark or build_spark("mqaudit-audit", master)
     apply_sql_conf(spark)
@@ -192,8 +209,9 @@ def run_audit(
             t0 = time.monotonic()
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                rows, written = _write(io, df, table_path(root, name), name)
-                entry: dict[str, Any] = {"rows": rows, "written": written, "kinds": _kinds(df)}
+                profile, written = _write(io, df, table_path(root, name), name)
+                rows = profile.rows
+                entry: dict[str, Any] = {"rows": rows, "written": written, "kinds": profile.kinds}
                 if name == "audit_lag":
                     entry["latest_status"] = _latest_lag_status(df)
             finally:

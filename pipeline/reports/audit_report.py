@@ -1,0 +1,87 @@
+"""The audit report: `DIR/audit_report.html` with its plots as PNG files next to it.
+
+Summary first, then a plot and the worst rows per finding type, and a link to the Great
+Expectations Data Docs when a docs folder is given.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipeline.reports import plots
+from pipeline.reports.render import write_html
+from pipeline.reports.summary import summarize, worst
+from pipeline.reports.tables import Tables, load_tables
+
+HTML = "audit_report.html"
+PLOTS = {
+    "lag": "lag_over_time.png",
+    "duplicates": "duplicates_by_cause.png",
+    "dead_letters": "dead_letters_by_group_age.png",
+    "losses": "losses_by_cause.png",
+}
+
+
+def _docs_link(out: Path, docs_dir: Path | None) -> tuple[str | None, str | None]:
+    """(relative link to the Data Docs index, or a note why there is none)."""
+    if docs_dir is None:
+        return None, None
+    index = Path(docs_dir).resolve() / "index.html"
+    if not index.is_file():
+        return None, f"No Data Docs at {index} yet (the validation step writes them)."
+    return os.path.relpath(index, out.resolve()), None
+
+
+def render_report(
+    tables: Tables, out: Path, lake: str = "", docs_dir: Path | None = None
+) -> dict[str, Any]:
+    """Write the report for already loaded audit tables; returns its paths and summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {
+        "lag": plots.lag_over_time(tables["audit_lag"], out / PLOTS["lag"]),
+        "duplicates": plots.duplicates_by_cause(
+            tables["audit_duplicates"], out / PLOTS["duplicates"]
+        ),
+        "dead_letters": plots.dead_letters_by_group_and_age(
+            tables["audit_dead_letters"], out / PLOTS["dead_letters"]
+        ),
+        "losses": plots.losses_by_cause(tables["audit_losses"], out / PLOTS["losses"]),
+    }
+    summary = summarize(tables)
+    docs, docs_note = _docs_link(out, docs_dir)
+    html = write_html(
+        "audit.html.j2",
+        out / HTML,
+        lake=lake,
+        s=summary,
+        worst=worst(tables),
+        plots={k: p.name for k, p in written.items()},
+        docs=docs,
+        docs_note=docs_note,
+        generated=int(time.time() * 1000),
+    )
+    return {
+        "html": str(html),
+        "plots": [str(p) for p in written.values()],
+        "data_docs": docs,
+        "summary": summary,
+    }
+
+
+def build_report(
+    lake: str | Path,
+    out: str | Path,
+    spark: SparkSession | None = None,
+    docs_dir: str | Path | None = None,
+    *,
+    master: str | None = None,
+) -> dict[str, Any]:
+    """Read the lake's audit tables and write the audit report to `out`."""
+    tables = load_tables(lake, spark=spark, master=master)
+    docs = Path(docs_dir) if docs_dir is not None else None
+    return render_report(tables, Path(out), str(Path(lake).resolve()), docs)

@@ -1,0 +1,125 @@
+"""The numbers a report opens with, and its tables of worst items (pure, over pandas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from pipeline import audit_schemas as A
+from pipeline.reports.tables import Tables
+
+TOP = 20
+
+
+def _by(df: pd.DataFrame, column: str) -> dict[str, int]:
+    if df.empty:
+        return {}
+    return {str(k): int(v) for k, v in df.groupby(column).size().sort_index().items()}
+
+
+def latest_lag(lag: pd.DataFrame) -> pd.DataFrame:
+    """Each group and queue at its latest snapshot."""
+    if lag.empty:
+        return lag
+    keys = ["group", "topic", "broker", "queue_id"]
+    last = lag.groupby(keys)["snapshot_ts"].transform("max")
+    return lag[lag["snapshot_ts"] == last]
+
+
+def summarize(tables: Tables) -> dict[str, Any]:
+    """Counts per table and kind, the lag picture now, and whether anything needs a person."""
+    dup = tables["audit_duplicates"]
+    losses = tables["audit_losses"]
+    dlq = tables["audit_dead_letters"]
+    now = latest_lag(tables["audit_lag"])
+    waiting = dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq
+    as_of = [int(t["as_of_ms"].max()) for t in tables.values() if not t.empty]
+    statuses = _by(now, "status")
+    duplicates, losses_by_kind = _by(dup, "kind"), _by(losses, "kind")
+    consistency = _by(tables["consistency"], "kind")
+    lag_status = {s: statuses.get(s, 0) for s in A.LAG_STATUSES}
+    manual = len(tables["manual_handling"])
+    out: dict[str, Any] = {
+        "as_of_ms": max(as_of) if as_of else None,
+        "duplicates": duplicates,
+        "duplicate_causes": _by(dup, "cause"),
+        "losses": losses_by_kind,
+        "lag_status": lag_status,
+        "lag_max_messages": int(now["lag_messages"].max()) if not now.empty else 0,
+        "lag_max_ms": int(now["lag_ms"].max()) if now["lag_ms"].notna().any() else 0,
+        "dead_letters": len(dlq),
+        "dead_letters_waiting": len(waiting),
+        "dead_letter_max_age_ms": int(waiting["age_ms"].max()) if not waiting.empty else 0,
+        "resend_candidates": len(tables["resend_candidates"]),
+        "manual_handling": manual,
+        "consistency": consistency,
+    }
+    problems = []
+    if losses_by_kind:
+        problems.append(f"{sum(losses_by_kind.values())} lost message(s)")
+    if duplicates.get(A.DUPLICATE_EFFECT):
+        problems.append(f"{duplicates[A.DUPLICATE_EFFECT]} message(s) processed twice")
+    stuck = lag_status["STALLED"] + lag_status["STOPPED"]
+    if stuck:
+        problems.append(f"{stuck} queue(s) stalled or stopped")
+    if manual:
+        problems.append(f"{manual} stub(s) need manual handling")
+    if consistency:
+        problems.append(f"{sum(consistency.values())} consistency finding(s)")
+    out["problems"] = problems
+    return out
+
+
+def _records(df: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    """Rows as dicts with None for missing values (what the templates test for)."""
+    part = df[columns].astype(object)
+    return [dict(r) for r in part.where(part.notna(), None).to_dict("records")]
+
+
+def worst(tables: Tables, top: int = TOP) -> dict[str, list[dict[str, Any]]]:
+    """The rows a person looks at first, per table."""
+    lag = latest_lag(tables["audit_lag"])
+    lag = lag.assign(_ms=lag["lag_ms"].fillna(-1)).sort_values(
+        ["lag_messages", "_ms"], ascending=False
+    )
+    dup = tables["audit_duplicates"].sort_values(["count", "last_ts"], ascending=False)
+    dlq = tables["audit_dead_letters"].sort_values("age_ms", ascending=False)
+    losses = tables["audit_losses"].sort_values(["kind", "first_ts"])
+    resend = tables["resend_candidates"].sort_values("next_resend_at")
+    manual = tables["manual_handling"].sort_values("updated_at")
+    consistency = tables["consistency"].sort_values("count", ascending=False)
+    where = ["topic", "broker", "queue_id", "queue_offset"]
+    stub = ["msg_id", "cause", "topic", "broker", "queue_id", "queue_offset", "send_count"]
+    return {
+        "lag": _records(
+            lag.head(top),
+            [
+                "group",
+                "topic",
+                "broker",
+                "queue_id",
+                "snapshot_ts",
+                "lag_messages",
+                "lag_ms",
+                "status",
+                "cause",
+                "msg_id",
+            ],
+        ),
+        "duplicates": _records(
+            dup.head(top), ["kind", "cause", "msg_id", "group", "count", *where, "detail"]
+        ),
+        "dead_letters": _records(
+            dlq.head(top),
+            ["group", "msg_id", "original_topic", "count", "retries", "age_ms", "replayed"],
+        ),
+        "losses": _records(
+            losses.head(top), ["kind", "cause", "msg_id", "group", *where, "detail"]
+        ),
+        "resend_candidates": _records(resend.head(top), [*stub, "next_resend_at"]),
+        "manual_handling": _records(manual.head(top), [*stub, "in_message_log"]),
+        "consistency": _records(
+            consistency.head(top), ["kind", "cause", "count", "group", *where, "detail"]
+        ),
+    }
