@@ -1,16 +1,14 @@
-"""The remediation jobs' own Delta tables: what each resend and replay did, row by row."""
+"""The remediation jobs' Delta tables: what each resend and replay did, row by row."""
 
 from __future__ import annotations
 
+from pipeline.audit_schemas import DLQ_REPLAY_LOG
+from pipeline.jobs.audit import REPLAY_LOG as REPLAY_LOG_TABLE
 from pipeline.schemas import struct_of
 
-# One row per replay event (see pipeline.remediation.replay_plan); read by the audits to
-# mark dead letters as replayed.
-DLQ_REPLAY_LOG = struct_of(
-    "replay_id:str, msg_id:str, group:str, topic:str, status:str, reason:str,"
-    " new_offset:long, ts:long"
-)
-REPLAY_LOG_TABLE = "dlq_replay_log"
+# `dlq_replay_log` (schema owned by the audits, which read it to mark dead letters replayed):
+# one row per replay event, see pipeline.remediation.replay_plan.
+__all__ = ["DLQ_REPLAY_LOG", "REPLAY_LOG_TABLE", "RESEND_LOG", "RESEND_LOG_TABLE"]
 
 # One row per stub a resend run acted on (see pipeline.remediation.resend_plan).
 RESEND_LOG = struct_of(
