@@ -225,8 +225,10 @@ class Demo:
             )
 
     def dag_test(self, dag_id: str, conf: dict[str, Any] | None = None) -> None:
-        when = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
-        argv = [sys.executable, "-m", "airflow", "dags", "test", dag_id, when]
+        # Whole seconds, rounded up: the run's interval ends after everything sent so far.
+        when = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).replace(microsecond=0)
+        when_iso = when.isoformat()
+        argv = [sys.executable, "-m", "airflow", "dags", "test", dag_id, when_iso]
         if conf is not None:
             argv += ["-c", json.dumps(conf)]
         name = dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run"
