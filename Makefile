@@ -8,7 +8,7 @@ DEMO_OUT ?= demo-out
 
 .PHONY: venv system-deps demo test check bench lock clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch])
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
@@ -41,6 +41,7 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
+	$(PY) benchmarks/ingest_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:

@@ -51,6 +51,8 @@ def main() -> int:
         print(json.dumps({"case": name, **result}), flush=True)
         rows.append((name, result, target))
     print()
+    if rows:
+        print(f"store kernels: {rows[0][1]['kernels']}, CRC-32: {rows[0][1]['crc']}")
     print(f"{'case':28} {'msg/s':>9} {'MB/s':>7} {'ratio_to_disk':>13} {'puts/fsync':>10}  target")
     for name, r, target in rows:
         verdict = ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import great_expectations as gx
-from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.checkpoint import UpdateDataDocsAction, ValidationAction
 from great_expectations.data_context.types.base import ProgressBarsConfig
 
 from expectations.suites import spec_for
@@ -122,9 +122,9 @@ class GateContext:
                 name=f"{table}.{stored.name}", data=self._batch_definition(table), suite=stored
             )
         )
-        actions = (
-            [] if self.docs_dir is None else [UpdateDataDocsAction(name="docs", site_names=[SITE])]
-        )
+        actions: list[ValidationAction] = []
+        if self.docs_dir is not None:
+            actions.append(UpdateDataDocsAction(name="docs", site_names=[SITE]))
         checkpoint = self.gx.checkpoints.add_or_update(
             gx.Checkpoint(
                 name=f"gate.{table}.{stored.name}",

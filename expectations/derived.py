@@ -15,6 +15,8 @@ from pyspark.sql import functions as F
 # A queue as the broker knows it: its offsets are dense and ordered per (topic, queue) of one
 # store; master and slave each have their own commitlog, hence broker_id.
 QUEUE = ("broker", "broker_id", "topic", "queue_id")
+# A consumer group's view of one such queue, as audit_lag reports it per snapshot.
+LAG_QUEUE = ("group", *QUEUE)
 
 
 def with_message_checks(df: DataFrame) -> DataFrame:
@@ -44,7 +46,7 @@ def with_latest_snapshot(df: DataFrame) -> DataFrame:
     Lag thresholds judge where each group stands now; an old STALLED snapshot that has since
     recovered must not fail today's gate.
     """
-    queue = Window.partitionBy("group", "topic", "broker", "queue_id").rowsBetween(
+    queue = Window.partitionBy(*LAG_QUEUE).rowsBetween(
         Window.unboundedPreceding, Window.unboundedFollowing
     )
     return df.withColumn(

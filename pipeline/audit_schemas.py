@@ -113,3 +113,13 @@ REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
 OFFSET_NOT_COMMITTED = "offset_not_committed"
 
 LAG_STATUSES = ("OK", "WARN", "STALLED", "STOPPED")
+
+KINDS: dict[str, tuple[str, ...]] = {
+    "audit_duplicates": (STORED_TWICE, DELIVERED_TWICE, DUPLICATE_EFFECT, RETRIED_THEN_OK),
+    "audit_losses": (LOST_AFTER_ACK, NEVER_DELIVERED, EXPIRED_BEFORE_CONSUMED),
+    "audit_lag": (LAG,),
+    "audit_dead_letters": (DEAD_LETTERED,),
+    "resend_candidates": (RESEND_DUE,),
+    "manual_handling": (MAX_SEND_COUNT,),
+    "consistency": (CQ_WITHOUT_MESSAGE, OFFSET_REGRESSION, QUEUE_OFFSET_GAP),
+}

@@ -41,6 +41,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.range_mb <= 0:
         raise ValueError(f"--range-mb must be positive, got {args.range_mb}")
+    if not args.data_dir.is_dir():
+        raise ValueError(f"data dir {args.data_dir} does not exist")
     from pipeline.jobs.ingest import run_ingest  # Spark loads only when a job runs
 
     summary = run_ingest(

@@ -182,9 +182,12 @@ class DeltaIO:
         if self.backend == "native":
             df.write.format("delta").mode("overwrite").save(path)
             return _last_output_rows(self.spark, path)
-        _, files = self._write_files(df, path, ())
+        stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
-        return self._commit(path, schema, (), files, mode, None)
+        n = self._commit(path, schema, (), files, mode, None)
+        if n == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        return n
 
     def merge_upsert(
         self,
@@ -212,37 +215,47 @@ class DeltaIO:
             gone = target.filter(delete_unmatched("")).join(df, on=list(keys), how="left_anti")
             stale = gone.limit(1).count()
         cond = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        # A delete of unmatched rows must see every source row, not only the changed ones.
+        source = changed if delete_unmatched is None else df
         if self.backend == "native":
             from delta.tables import DeltaTable as SparkDeltaTable
 
             n = changed.count()
             if n == 0 and stale == 0:
                 return 0
-            m = SparkDeltaTable.forPath(self.spark, path).alias("t").merge(changed.alias("s"), cond)
+            m = SparkDeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), cond)
             m = m.whenMatchedUpdateAll().whenNotMatchedInsertAll()
             if delete_unmatched is not None:
                 m = m.whenNotMatchedBySourceDelete(delete_unmatched("t."))
             m.execute()
             return n
-        stage = _stage_dir(path)
+        stages = [_stage_dir(path)]
         try:
-            changed.write.mode("errorifexists").parquet(stage)
-            files = _parquet_files(stage)
-            n = sum(pq.read_metadata(f).num_rows for f in files)
+            n = self._stage(changed, stages[0])
             if n == 0 and stale == 0:
                 return 0
-            source = ds.dataset(files, schema=arrow_schema(schema), format="parquet")
-            reader = source.scanner().to_reader()
+            if source is not changed:
+                stages.append(_stage_dir(path))
+                self._stage(source, stages[-1])
+            files = _parquet_files(stages[-1])
+            dataset = ds.dataset(files, schema=arrow_schema(schema), format="parquet")
+            reader = dataset.scanner().to_reader()
             merger = DeltaTable(path).merge(reader, cond, source_alias="s", target_alias="t")
             merger = merger.when_matched_update_all().when_not_matched_insert_all()
             if delete_unmatched is not None:
                 merger = merger.when_not_matched_by_source_delete(delete_unmatched("t."))
             merger.execute()
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            for stage in stages:
+                shutil.rmtree(stage, ignore_errors=True)
         return n
 
     # -- embedded internals ---------------------------------------------------------------
+
+    def _stage(self, df: DataFrame, stage: str) -> int:
+        """Spark writes `df` as plain parquet under `stage`; returns its rows."""
+        df.write.mode("errorifexists").parquet(stage)
+        return sum(pq.read_metadata(f).num_rows for f in _parquet_files(stage))
 
     def _write_files(
         self, df: DataFrame, path: str, partition_by: Sequence[str]

@@ -44,12 +44,12 @@ def struct_of(spec: str) -> StructType:
     return StructType(fields)
 
 
-# What the commitlog reader emits: header fields as stored, hosts as raw IPv4 + port,
-# properties parsed into a map. Binary parsing happens nowhere else.
+# What the commitlog reader emits: header fields as stored, hosts as `ip:port`, the offset
+# msgId, properties parsed into a map. Binary decoding happens nowhere else.
 RAW_MESSAGE = struct_of(
-    "broker:str, broker_id:int, phys_offset:long, total_size:int, body_crc:int, crc_ok:bool,"
-    " queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long, born_ip:long,"
-    " born_port:int, store_ts:long, store_ip:long, store_port:int, reconsume_times:int,"
+    "broker:str, broker_id:int, phys_offset:long, msg_id:str, total_size:int, body_crc:int,"
+    " crc_ok:bool, queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long,"
+    " born_host:str, store_ts:long, store_host:str, reconsume_times:int,"
     " prepared_tx_offset:long, body_size:int, body:bin, topic:str, properties:map"
 )
 

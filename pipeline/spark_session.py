@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -39,10 +41,25 @@ def build_spark(
     )
     for key, value in {**SQL_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _child_stdout_to_stderr():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     apply_sql_conf(spark)
     return spark
+
+
+@contextmanager
+def _child_stdout_to_stderr() -> Iterator[None]:
+    """The JVM (and the Python workers it starts) inherit stderr as their stdout, so that
+    log lines never mix with what a command prints on stdout (JSON)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def apply_sql_conf(spark: SparkSession) -> None:

@@ -15,10 +15,14 @@ from broker_runtime.acl.signing import sign_command
 from broker_runtime.acl.validator import AclValidator
 from broker_runtime.broker.consumer_manager import ConsumerManager
 from broker_runtime.broker.long_polling import PullHoldService
+from broker_runtime.broker.queue_access import QueueAccessLocks
+from broker_runtime.broker.rebalance_lock import RebalanceLockManager
+from broker_runtime.broker.schedule import ScheduleService
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
 from broker_runtime.broker.topic_config import TopicConfig, TopicConfigManager
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
+from broker_runtime.common.delay import to_schedule
 from broker_runtime.common.message import Message
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
@@ -41,10 +45,20 @@ class BrokerController:
         self.store: MessageStore | None = None
         self.topics = TopicConfigManager(config.store.store_dir)
         self.groups = SubscriptionGroupManager(
-            config.store.store_dir, config.auto_create_subscription_group
+            config.store.store_dir,
+            config.auto_create_subscription_group,
+            config.max_reconsume_times,
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
         self.consumers = ConsumerManager()
+        self.delay_levels = config.store.delay_levels()
+        self.schedule: ScheduleService | None = None  # masters only, once the store is open
+        self.order_locks = RebalanceLockManager(config.rebalance_lock_max_live_ms)
+        self.access: QueueAccessLocks | None = (
+            QueueAccessLocks(config.queue_lock_hold_timeout_ms)
+            if config.queue_access_lock
+            else None
+        )
         self.accounts: dict[str, Account] = (
             load_accounts(config.acl_file) if config.acl_enable and config.acl_file else {}
         )
@@ -106,6 +120,12 @@ class BrokerController:
             self.ha_slave.start()
         for coro in background_tasks(self):
             self.spawn(coro)
+        if self.is_master:
+            self.schedule = ScheduleService(
+                store, self.delay_levels, self.clock, self.config.store.store_dir
+            )
+            every = self.config.delay_offset_persist_interval_ms
+            self.spawn(self.schedule.run(self.put_back, every))
         self.started = True
         log.info(
             "broker %s (%s) serving on %s, HA %s",
@@ -128,6 +148,11 @@ class BrokerController:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.schedule is not None:
+            try:
+                self.schedule.persist()
+            except OSError as e:
+                log.error("writing delayOffset.json at stop failed: %s", e)
         if self.ha_master is not None:
             await self.ha_master.stop()
         if self.ha_slave is not None:
@@ -157,8 +182,14 @@ class BrokerController:
     # -- writes -----------------------------------------------------------------------------
 
     async def put(self, msgs: list[Message]) -> list[PutResult]:
-        """Store messages; the event loop never waits on an fsync."""
+        """Store messages; the event loop never waits on an fsync.
+
+        A message with DELAY > 0 is stored under SCHEDULE_TOPIC_XXXX (CommitLog.putMessage);
+        a DELAY that is not a number raises DelayLevelError (a ValueError).
+        """
         store = self.require_store()
+        levels = self.delay_levels
+        msgs = [to_schedule(m, levels) for m in msgs]
         if self.config.store.flush is FlushMode.SYNC:
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self.executor, store.put_messages, msgs)
@@ -178,6 +209,29 @@ class BrokerController:
         if await self.ha_master.wait_replicated(end, timeout):
             return ResponseCode.SUCCESS, None
         return ResponseCode.FLUSH_SLAVE_TIMEOUT, f"no slave acknowledged within {timeout:g} s"
+
+    async def put_back(self, msgs: list[Message]) -> None:
+        """The schedule service's put: store, then replicate as a send would."""
+        results = await self.put(msgs)
+        last = results[-1]
+        code, remark = await self.replicate(last.phys_offset + last.size)
+        if code != ResponseCode.SUCCESS:
+            log.warning("delayed messages stored but not replicated: %s", remark)
+
+    def ensure_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """A retry or dead-letter topic, created (and registered) if it does not exist yet.
+
+        As createTopicInSendMessageBackMethod: regardless of auto-create, on masters only
+        (a slave takes its master's table).
+        """
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
+            if self.is_master:
+                self.topics.put(cfg)
+                log.info("topic %s created: %d queue(s), perm %d", topic, queue_nums, perm)
+                self.register_soon()
+        return cfg
 
     def topic_for_send(self, topic: str, queue_nums: int | None = None) -> TopicConfig | None:
         """The topic's config, created with the defaults if auto-create is on."""

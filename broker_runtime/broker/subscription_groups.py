@@ -61,9 +61,12 @@ class SubscriptionGroupConfig:
 
 
 class SubscriptionGroupManager:
-    def __init__(self, store_dir: Path, auto_create: bool = True) -> None:
+    def __init__(
+        self, store_dir: Path, auto_create: bool = True, retry_max_times: int = 16
+    ) -> None:
         self.path = Path(store_dir) / "config" / "subscriptionGroup.json"
         self.auto_create = auto_create
+        self.retry_max_times = retry_max_times  # of groups created on first use
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.version = DataVersion()
         data = read_with_backup(self.path)
@@ -84,7 +87,7 @@ class SubscriptionGroupManager:
         """The group's config; created with defaults if auto-create is on."""
         cfg = self.table.get(group)
         if cfg is None and self.auto_create:
-            cfg = SubscriptionGroupConfig(group)
+            cfg = SubscriptionGroupConfig(group, retry_max_times=self.retry_max_times)
             self.put(cfg)
         return cfg
 

@@ -239,4 +239,3 @@ class MQClientAPI:
         """Any request answered with a JSON body (admin views)."""
         resp = self.check(await self.invoke(addr, request(code, fields)), addr)
         return decode_json(resp.body, str(code)) if resp.body else {}
-

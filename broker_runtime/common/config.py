@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from broker_runtime.common.delay import DEFAULT_DELAY_LEVELS, DelayLevels
+
 
 class FlushMode(StrEnum):
     SYNC = "sync"  # SYNC_FLUSH: a put returns after fdatasync (group commit)
@@ -32,6 +34,11 @@ class StoreConfig:
     disk_max_used_ratio: float = 0.75  # past this, delete expired files at any hour
     disk_force_clean_ratio: float = 0.85  # past this, delete the oldest files even if not expired
     disk_danger_ratio: float = 0.90  # past this, refuse writes
+    # Delay levels (messageDelayLevel): the store needs them for the SCHEDULE_TOPIC_XXXX
+    # ConsumeQueue, whose tag code is the delivery time. `delay_time_scale` multiplies
+    # every level (0.001: seconds become milliseconds, for tests).
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    delay_time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.segment_size < 4096:
@@ -40,6 +47,10 @@ class StoreConfig:
             object.__setattr__(self, "max_message_size", self.segment_size - 8)
         if not 0 < self.disk_max_used_ratio <= self.disk_force_clean_ratio <= 1:
             raise ValueError("disk ratios must satisfy 0 < max_used <= force_clean <= 1")
+        self.delay_levels()  # a bad level string fails here, not in the dispatcher
+
+    def delay_levels(self) -> DelayLevels:
+        return DelayLevels.parse(self.message_delay_level, self.delay_time_scale)
 
 
 class BrokerRole(StrEnum):
@@ -105,6 +116,16 @@ class BrokerConfig:
     slave_sync_interval_ms: int = 10_000  # SlaveSynchronize: topics, groups, offsets
     acl_enable: bool = False
     acl_file: Path | None = None  # accounts (see broker_runtime.acl.accounts)
+    # Consume retry: the maxReconsumeTimes of auto-created groups, and the fallback for a
+    # retry sent without one (a request's own value wins, as RocketMQ's since 3.4.9).
+    max_reconsume_times: int = 16
+    delay_offset_persist_interval_ms: int = 10_000  # flushDelayOffsetInterval
+    # Orderly consumption: a LOCK_BATCH_MQ lock lives this long unless renewed.
+    rebalance_lock_max_live_ms: int = 60_000  # rocketmq.broker.rebalance.lockMaxLiveTime
+    # Queue access lock (seed 001, DeFiBus mqAccessControlEnable): a queue's new owner may
+    # pull once the old owner acked what it was delivered, left, or was idle this long.
+    queue_access_lock: bool = False
+    queue_lock_hold_timeout_ms: int = 30_000  # lockQueueTimeout
 
     def __post_init__(self) -> None:
         if self.role is BrokerRole.SLAVE and self.broker_id == 0:
@@ -115,6 +136,15 @@ class BrokerConfig:
             raise ValueError("default_queue_nums must be positive")
         if self.acl_enable and self.acl_file is None:
             raise ValueError("acl_enable needs acl_file (the accounts)")
+        if self.max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must be >= 0")
+        for name in (
+            "delay_offset_persist_interval_ms",
+            "rebalance_lock_max_live_ms",
+            "queue_lock_hold_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
 
     @property
     def addr(self) -> str:

@@ -229,3 +229,65 @@ def decode_batch(raw: bytes) -> list[tuple[bytes, dict[str, str], int]]:
         items.append((bytes(body), props, flag))
         pos += total
     return items
+
+
+# -- queue locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ) -----------------------------------------
+MessageQueueKey = tuple[str, str, int]  # topic, brokerName, queueId
+
+
+def _mq_json(mq: MessageQueueKey) -> dict[str, Any]:
+    return {"topic": mq[0], "brokerName": mq[1], "queueId": mq[2]}
+
+
+def _mq_of(raw: Any) -> MessageQueueKey:
+    if not isinstance(raw, dict):
+        raise BodyError(f"a message queue is an object, got {raw!r}")
+    topic, broker, qid = raw.get("topic"), raw.get("brokerName"), raw.get("queueId")
+    if not isinstance(topic, str) or not isinstance(broker, str):
+        raise BodyError(f"message queue {raw!r} needs string topic and brokerName")
+    if isinstance(qid, bool) or not isinstance(qid, int) or qid < 0:
+        raise BodyError(f"message queue {raw!r} needs a queueId >= 0")
+    return topic, broker, qid
+
+
+@dataclass(slots=True)
+class LockBatchRequestBody:
+    """RocketMQ's LockBatchRequestBody (UnlockBatchRequestBody has the same shape)."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: list[MessageQueueKey] = field(default_factory=list)
+    only_this_broker: bool = False
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "consumerGroup": self.consumer_group,
+                "clientId": self.client_id,
+                "onlyThisBroker": self.only_this_broker,
+                "mqSet": [_mq_json(mq) for mq in self.mq_set],
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> LockBatchRequestBody:
+        data = _load(raw, "lock batch")
+        group, client, mqs = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
+        if not isinstance(group, str) or not isinstance(client, str) or not client:
+            raise BodyError("lock batch body needs string consumerGroup and clientId")
+        if not isinstance(mqs, list):
+            raise BodyError("lock batch body needs an mqSet list")
+        return cls(group, client, [_mq_of(m) for m in mqs], bool(data.get("onlyThisBroker")))
+
+
+def encode_lock_ok(mqs: list[MessageQueueKey]) -> bytes:
+    """LockBatchResponseBody: {"lockOKMQSet": [{"topic", "brokerName", "queueId"}, ...]}."""
+    return _dump({"lockOKMQSet": [_mq_json(mq) for mq in mqs]})
+
+
+def decode_lock_ok(raw: bytes) -> list[MessageQueueKey]:
+    data = _load(raw, "lock batch response")
+    mqs = data.get("lockOKMQSet")
+    if not isinstance(mqs, list):
+        raise BodyError("lock batch response has no lockOKMQSet list")
+    return [_mq_of(m) for m in mqs]

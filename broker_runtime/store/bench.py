@@ -13,6 +13,7 @@ from typing import Any
 
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.common.message import TAGS, UNIQ_KEY, Message
+from broker_runtime.store import accel
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
 
@@ -137,6 +138,8 @@ def run_bench(
         "disk_mb_per_s": round(disk, 1),
         "disk_mb_per_s_runs": [round(d, 1) for d in disk_runs],
         "ratio_to_disk": round(mb_per_s / disk, 3),
+        "kernels": accel.IMPLEMENTATION,  # "c" (the _accel extension) or "python"
+        "crc": accel.CRC,
         "store": str(store_dir),
     }
     if flush is FlushMode.SYNC:

@@ -58,14 +58,12 @@ class CommitLog:
     def put(self, batch: Sequence[Prepared]) -> list[PutResult]:
         """Append prepared messages in order; all of one call land contiguously per segment."""
         seg_size = self.segments.file_size
-        for p in batch:
-            if p.size + codec.END_FILE_MIN_BLANK_LENGTH > seg_size:
-                raise codec.MessageRejected(
-                    f"a {p.size}-byte message cannot fit a {seg_size}-byte CommitLog segment"
-                )
+        largest = codec.largest_unit(batch)
+        if largest + codec.END_FILE_MIN_BLANK_LENGTH > seg_size:
+            raise codec.MessageRejected(
+                f"a {largest}-byte message cannot fit a {seg_size}-byte CommitLog segment"
+            )
         results: list[DispatchRequest] = []
-        encode_into = codec.encode_into
-        new = tuple.__new__  # NamedTuple's own __new__ is Python code: too slow per message
         store_ip, store_port = self.store_host[:4], int.from_bytes(self.store_host[4:], "big")
         with self.lock:
             now = self.clock.now_ms()
@@ -73,30 +71,19 @@ class CommitLog:
             taken: dict[tuple[str, int], int] = {}  # into qtable only once all is written
             start = self.segments.max_offset
             try:
-                f = self.segments.last_file()
-                base = f.end_offset
-                room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
-                buf = bytearray()
-                for p in batch:
-                    if p.size > room - len(buf):
-                        buf += codec.blank_record(room + codec.END_FILE_MIN_BLANK_LENGTH - len(buf))
-                        f.append(buf)
-                        f = self.segments.last_file()
-                        base, buf = f.end_offset, bytearray()
-                        room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
-                    phys = base + len(buf)
-                    topic, qid = key = (p.topic, p.queue_id)
-                    qo = taken.get(key)
-                    if qo is None:
-                        qo = qtable.get(key, 0)
-                    taken[key] = qo + 1
-                    encode_into(buf, p, qo, phys, now, store_ip, store_port)
-                    results.append(
-                        new(
-                            DispatchRequest,
-                            (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys),
-                        )
-                    )
+                i, n = 0, len(batch)
+                while True:
+                    f = self.segments.last_file()
+                    room = f.remaining() - codec.END_FILE_MIN_BLANK_LENGTH
+                    buf = bytearray()
+                    i = codec.encode_run(
+                        batch, i, room, f.end_offset, now, store_ip, store_port, qtable, taken,
+                        results, buf,
+                    )  # fmt: skip
+                    if i == n:
+                        break
+                    buf += codec.blank_record(room + codec.END_FILE_MIN_BLANK_LENGTH - len(buf))
+                    f.append(buf)
                 if buf:
                     f.append(buf)
             except BaseException:

@@ -7,11 +7,13 @@ n * 20 of the queue, so a queue offset is found by arithmetic, as in RocketMQ.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from broker_runtime.store.accel import native
 from broker_runtime.store.mapped_file import MappedFile
+from broker_runtime.store.record_codec import DispatchRequest
 from broker_runtime.store.segment_queue import SegmentQueue
 
 ENTRY = struct.Struct(">qiq")
@@ -19,6 +21,34 @@ ENTRY_SIZE = ENTRY.size  # 20
 DEFAULT_ENTRIES_PER_FILE = 300_000
 # RocketMQ's fillPreBlank entry: marks queue offsets that have no message.
 BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
+
+
+def _pack_entries(
+    requests: Sequence[DispatchRequest], expected: int, max_phys_end: int
+) -> tuple[bytearray, int, int, int, int]:
+    """The entries of `requests` as appended to a queue whose next offset is `expected`.
+
+    Skips requests at or below `max_phys_end` or `expected`, fills gaps with blank entries.
+    Returns (bytes, next offset, new max_phys_end, entries added, blank entries added).
+    """
+    buf = bytearray()
+    added = blanks = 0
+    for _, _, queue_offset, phys, size, _, tags, _, _ in requests:  # unpacking is the fast way
+        if phys + size <= max_phys_end or queue_offset < expected:
+            continue
+        if queue_offset > expected:
+            gap = queue_offset - expected
+            buf += BLANK_ENTRY * gap
+            blanks += gap
+            expected = queue_offset
+        buf += ENTRY.pack(phys, size, tags)
+        expected += 1
+        max_phys_end = phys + size
+        added += 1
+    return buf, expected, max_phys_end, added, blanks
+
+
+pack_entries = _pack_entries if native is None else native.pack_entries
 
 
 class CqEntry(NamedTuple):
@@ -77,32 +107,22 @@ class ConsumeQueue:
         """The next queue offset to be written (RocketMQ's getMaxOffsetInQueue)."""
         return self.segments.max_offset // ENTRY_SIZE
 
-    def put(self, entries: Iterable[tuple[int, int, int, int]]) -> int:
-        """Append (queue_offset, phys_offset, size, tags_code) entries; returns how many.
+    def put(self, requests: Sequence[DispatchRequest]) -> int:
+        """Append the entries of `requests` (this queue's, in log order); returns how many.
 
-        Entries this queue already has (a re-dispatch after recovery) are skipped; a gap
+        Requests this queue already has (a re-dispatch after recovery) are skipped; a gap
         is filled with blank entries and counted.
         """
-        buf = bytearray()
+        if not requests:
+            return 0
         expected = self.max_offset
-        if not self.segments.files:
-            expected = -1
-        added = 0
-        for queue_offset, phys, size, tags in entries:
-            if phys + size <= self.max_phys_end or queue_offset < expected:
-                continue
-            if expected == -1:  # first entry of a new queue: start its files where it starts
-                self._start_at(queue_offset)
-                expected = queue_offset
-            if queue_offset > expected:
-                gap = queue_offset - expected
-                buf += BLANK_ENTRY * gap
-                self.blank_entries += gap
-                expected = queue_offset
-            buf += ENTRY.pack(phys, size, tags)
-            expected += 1
-            self.max_phys_end = phys + size
-            added += 1
+        if not self.segments.files:  # a new queue: its files start where its first entry is
+            expected = requests[0].queue_offset
+            self._start_at(expected)
+        buf, _, self.max_phys_end, added, blanks = pack_entries(
+            requests, expected, self.max_phys_end
+        )
+        self.blank_entries += blanks
         self._append(buf)
         return added
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
+from broker_runtime.common.topics import SCHEDULE_TOPIC
+from broker_runtime.store.accel import native
 from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.index_service import IndexService
 from broker_runtime.store.record_codec import DispatchRequest
@@ -18,6 +20,32 @@ from broker_runtime.store.record_codec import DispatchRequest
 log = logging.getLogger(__name__)
 BATCH = 1024
 GATHER_S = 0.001
+# (queue id, store timestamp) -> the tag code of a SCHEDULE_TOPIC_XXXX entry (delivery time)
+ScheduleTags = Callable[[int, int], int]
+
+
+ByQueue = dict[tuple[str, int], list[DispatchRequest]]
+IndexRow = tuple[str, int, int, str | None, str | None]
+
+
+def _split_requests(requests: Sequence[DispatchRequest]) -> tuple[ByQueue, list[IndexRow]]:
+    """The requests of each (topic, queue id), and the index rows of those with keys.
+
+    Index rows are (topic, log offset, store time, UNIQ_KEY, KEYS).
+    """
+    by_queue: ByQueue = {}
+    index_rows: list[IndexRow] = []
+    for r in requests:
+        rows = by_queue.get((r.topic, r.queue_id))
+        if rows is None:
+            rows = by_queue[(r.topic, r.queue_id)] = []
+        rows.append(r)
+        if r.uniq_key is not None or r.keys is not None:
+            index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
+    return by_queue, index_rows
+
+
+split_requests = _split_requests if native is None else native.split_requests
 
 
 class Dispatcher:
@@ -25,9 +53,11 @@ class Dispatcher:
         self,
         consume_queue: Callable[[str, int], ConsumeQueue],
         index: IndexService | None,
+        schedule_tags: ScheduleTags | None = None,
     ) -> None:
         self._consume_queue = consume_queue
         self._index = index
+        self._schedule_tags = schedule_tags
         self._pending: list[DispatchRequest] = []
         self._cond = threading.Condition()
         self._busy = False
@@ -39,28 +69,28 @@ class Dispatcher:
         # Told of each batch the thread dispatched (a broker wakes long-polling pulls with it).
         self.listeners: list[Callable[[list[DispatchRequest]], None]] = []
 
-    def apply(self, requests: Iterable[DispatchRequest]) -> int:
+    def apply(self, requests: Sequence[DispatchRequest]) -> int:
         """Write the entries of `requests` (in log order); returns how many were applied."""
-        by_queue: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        index_rows: list[tuple[str, int, int, str | None, str | None]] = []
-        last: DispatchRequest | None = None
-        for r in requests:
-            rows = by_queue.get((r.topic, r.queue_id))
-            if rows is None:
-                rows = by_queue[(r.topic, r.queue_id)] = []
-            rows.append((r.queue_offset, r.phys_offset, r.size, r.tags_code))
-            if r.uniq_key is not None or r.keys is not None:
-                index_rows.append((r.topic, r.phys_offset, r.store_timestamp, r.uniq_key, r.keys))
-            last = r
-        if last is None:
+        if not requests:
             return 0
+        by_queue, index_rows = split_requests(requests)
         for (topic, queue_id), rows in by_queue.items():
+            if topic == SCHEDULE_TOPIC and self._schedule_tags is not None:
+                rows = self._schedule_rows(rows, self._schedule_tags)
             self._consume_queue(topic, queue_id).put(rows)
         if self._index is not None and index_rows:
             self._index.build(index_rows)
+        last = requests[-1]
         self.dispatched_offset = last.phys_offset + last.size
         self.dispatched_timestamp = last.store_timestamp
-        return sum(len(rows) for rows in by_queue.values())
+        return len(requests)
+
+    @staticmethod
+    def _schedule_rows(
+        requests: list[DispatchRequest], tags: ScheduleTags
+    ) -> list[DispatchRequest]:
+        """A delay level's requests with the delivery time as tag code (CommitLog's tagsCode)."""
+        return [r._replace(tags_code=tags(r.queue_id, r.store_timestamp)) for r in requests]
 
     # -- the background thread ------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from broker_runtime.common.java_hash import java_string_hash
+from broker_runtime.store.accel import native
 
 HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -42,6 +43,40 @@ def index_key_hash(key: str) -> int:
 def positive_hashes(hashes: Sequence[int]) -> list[int]:
     """`index_key_hash` for already computed Java hash codes."""
     return [0 if h == -_ABS_INT_MIN else (h if h >= 0 else -h) for h in hashes]
+
+
+def _write_entries(
+    mm: mmap.mmap, key_hashes: Sequence[int], phy_offsets: Sequence[int],
+    timestamps: Sequence[int], start: int, stop: int, count: int, slots: int, entries_at: int,
+    base: int,
+) -> None:  # fmt: skip
+    """Write entries [start, stop) as entries `count`... of the file and point their slots at them.
+
+    `base` is the file's beginTimestamp the time differences count from.
+    """
+    read_int = _INT.unpack_from
+    write_int = _INT.pack_into
+    write_entry = _ENTRY.pack_into
+    pos = entries_at + count * INDEX_SIZE
+    for key_hash, phy, ts in zip(
+        key_hashes[start:stop], phy_offsets[start:stop], timestamps[start:stop], strict=True
+    ):
+        slot_at = HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
+        prev = read_int(mm, slot_at)[0]
+        if prev <= 0 or prev >= count:
+            prev = 0
+        diff = (ts - base) // 1000
+        if diff < 0:
+            diff = 0
+        elif diff > _INT_MAX:
+            diff = _INT_MAX
+        write_entry(mm, pos, key_hash, phy, diff, prev)
+        write_int(mm, slot_at, count)
+        count += 1
+        pos += INDEX_SIZE
+
+
+write_entries = _write_entries if native is None else native.write_entries
 
 
 def file_name_for(timestamp_ms: int) -> str:
@@ -143,28 +178,11 @@ class IndexFile:
             self.begin_timestamp = timestamps[start]
         # RocketMQ stores timeDiff 0 while beginTimestamp <= 0; a huge base clamps every diff to 0.
         base = self.begin_timestamp if self.begin_timestamp > 0 else 1 << 62
-        mm = self._mm
-        slots = self.hash_slot_num
-        read_int = _INT.unpack_from
-        write_int = _INT.pack_into
-        write_entry = _ENTRY.pack_into
-        pos = self._entries_at + count * INDEX_SIZE
-        for key_hash, phy, ts in zip(
-            key_hashes[start:stop], phy_offsets[start:stop], timestamps[start:stop], strict=True
-        ):
-            slot_at = HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
-            prev = read_int(mm, slot_at)[0]
-            if prev <= 0 or prev >= count:
-                prev = 0
-            diff = (ts - base) // 1000
-            if diff < 0:
-                diff = 0
-            elif diff > _INT_MAX:
-                diff = _INT_MAX
-            write_entry(mm, pos, key_hash, phy, diff, prev)
-            write_int(mm, slot_at, count)
-            count += 1
-            pos += INDEX_SIZE
+        write_entries(
+            self._mm, key_hashes, phy_offsets, timestamps, start, stop, count, self.hash_slot_num,
+            self._entries_at, base,
+        )  # fmt: skip
+        count += stop - start
         self.hash_slot_count += stop - start
         self.index_count = count
         self.end_phy_offset = phy_offsets[stop - 1]

@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from broker_runtime.common.java_hash import java_hash_many
+from broker_runtime.store.accel import native
 from broker_runtime.store.index_file import (
     IndexFile,
     file_name_for,
@@ -29,6 +30,43 @@ from broker_runtime.store.index_file import (
 KEY_SEPARATOR = " "  # RocketMQ MessageConst.KEY_SEPARATOR
 # yyyyMMddHHmmssSSS, plus our `_NNNNNN` suffix when that name is taken or would sort too early.
 _NAME = re.compile(r"\d{17}(_\d{6})?")
+
+
+def _index_keys(
+    entries: Sequence[tuple[str, int, int, str | None, str | None]],
+    end: int,
+    tail_count: Callable[[int], int],
+) -> tuple[list[int], list[int], list[int]]:
+    """Key hashes (made positive), log offsets and store times of the keys `entries` index.
+
+    Entries below `end` (the newest file's endPhyOffset) are skipped; of the one at `end`, the
+    first `tail_count(end)` keys, which that file already holds.
+    """
+    keys: list[str] = []
+    phys: list[int] = []
+    times: list[int] = []
+    add = keys.append
+    for topic, phy, ts, uniq, msg_keys in entries:
+        if phy < end:
+            continue
+        first = len(keys)
+        prefix = topic + "#"
+        if uniq is not None:
+            add(prefix + uniq)
+        if msg_keys:
+            for key in msg_keys.split(KEY_SEPARATOR):
+                if key:
+                    add(prefix + key)
+        if phy == end:
+            del keys[first : first + tail_count(end)]
+        n = len(keys) - first
+        if n:
+            phys += [phy] * n
+            times += [ts] * n
+    return positive_hashes(java_hash_many(keys)), phys, times
+
+
+index_keys = _index_keys if native is None else native.index_keys
 
 
 class IndexService:
@@ -73,29 +111,9 @@ class IndexService:
         """
         with self._lock:
             end = self._files[-1].end_phy_offset if self._files else -1
-            keys: list[str] = []
-            phys: list[int] = []
-            times: list[int] = []
-            add = keys.append
-            for topic, phy, ts, uniq, msg_keys in entries:
-                if phy < end:
-                    continue
-                first = len(keys)
-                prefix = topic + "#"
-                if uniq is not None:
-                    add(prefix + uniq)
-                if msg_keys:
-                    for key in msg_keys.split(KEY_SEPARATOR):
-                        if key:
-                            add(prefix + key)
-                if phy == end:
-                    del keys[first : first + self._tail_count(end)]
-                n = len(keys) - first
-                if n:
-                    phys += [phy] * n
-                    times += [ts] * n
-            if keys:
-                self._put(positive_hashes(java_hash_many(keys)), phys, times)
+            hashes, phys, times = index_keys(entries, end, self._tail_count)
+            if hashes:
+                self._put(hashes, phys, times)
 
     def _tail_count(self, phy_offset: int) -> int:
         # Entries for the message at `phy_offset` already written, newest file backwards.

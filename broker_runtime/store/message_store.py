@@ -10,6 +10,7 @@ from pathlib import Path
 
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import FlushMode, StoreConfig
+from broker_runtime.common.delay import DelayLevels
 from broker_runtime.common.message import (
     KEY_SEPARATOR,
     Message,
@@ -75,7 +76,9 @@ class MessageStore:
             if config.build_index
             else None
         )
-        self.dispatcher = Dispatcher(self.consume_queue, self.index)
+        self.dispatcher = Dispatcher(
+            self.consume_queue, self.index, schedule_tags_code(config.delay_levels())
+        )
         self.commit_log = CommitLog(
             self.root / "commitlog",
             config.segment_size,
@@ -135,7 +138,7 @@ class MessageStore:
                 "writes are refused until cleanup frees space"
             )
         limit = self.config.max_message_size
-        prepared = [codec.prepare(m, limit) for m in msgs]
+        prepared = codec.prepare_batch(msgs, limit)
         gc = self._group_commit
         if gc is None:
             return self.commit_log.put(prepared)
@@ -263,6 +266,20 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def schedule_tags_code(levels: DelayLevels) -> Callable[[int, int], int]:
+    """Tag code of a SCHEDULE_TOPIC_XXXX entry: when it is due (queue id = level - 1).
+
+    RocketMQ reads the level from the DELAY property; the rewrite puts level n in queue
+    n - 1, so the queue id says the same without parsing properties on the hot path. A
+    queue past the table counts as the last level, as a DELAY past it does.
+    """
+
+    def tags(queue_id: int, store_timestamp: int) -> int:
+        return levels.deliver_at(min(queue_id + 1, levels.max_level), store_timestamp)
+
+    return tags
 
 
 LAYOUT_FILE = Path("config") / "storeLayout.json"

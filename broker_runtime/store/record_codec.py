@@ -14,6 +14,10 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections.abc import Sequence
+from functools import partial
+from itertools import islice
+from operator import itemgetter
 from typing import NamedTuple
 
 from broker_runtime.common.java_hash import tags_code
@@ -31,6 +35,7 @@ from broker_runtime.common.message import (
     string_to_properties,
 )
 from broker_runtime.common.topics import validate_topic
+from broker_runtime.store.accel import native
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7 as a signed i32
 BLANK_MAGIC = -875286124  # 0xCBD43194
@@ -45,6 +50,7 @@ _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
 _FIELDS = struct.Struct(">iiiqiq")  # the per-message header fields, range-checked in prepare
+_SIZE = itemgetter(0)  # Prepared.size
 _CRC_OFFSET = 8
 
 
@@ -64,9 +70,12 @@ class MessageRejected(ValueError):
     """A message the store refuses to write (bad topic, too large, bad properties)."""
 
 
-def body_crc(body: Buffer) -> int:
+def _body_crc(body: Buffer) -> int:
     """BODYCRC as RocketMQ's `UtilAll.crc32` stores it: CRC32 with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+body_crc = _body_crc if native is None else native.body_crc
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:
@@ -179,6 +188,28 @@ def prepare(msg: Message, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> P
     )
 
 
+def prepare_batch(
+    msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> Sequence[Prepared]:
+    """`prepare` of each message, in order; the first bad one raises as `prepare` does.
+
+    The C kernel takes the common case itself and hands any other message to `prepare`; its
+    batch keeps no tuple per message, and builds the Prepared tuples only when indexed.
+    """
+    if native is not None:
+        return native.prepare_batch(  # type: ignore[no-any-return]
+            msgs, max_message_size, _valid_topics, _hosts, prepare, Prepared
+        )
+    return [prepare(m, max_message_size) for m in msgs]
+
+
+def largest_unit(batch: Sequence[Prepared]) -> int:
+    """Size of the biggest unit of a `prepare_batch` result (0 when empty)."""
+    if native is not None and isinstance(batch, native.PreparedBatch):
+        return batch.largest  # type: ignore[no-any-return]
+    return max(map(_SIZE, batch), default=0)
+
+
 def encode_into(
     out: bytearray,
     p: Prepared,
@@ -195,6 +226,41 @@ def encode_into(
     )  # fmt: skip
     out += p[10]
     out += p[11]
+
+
+def _encode_run(
+    batch: Sequence[Prepared],
+    start: int,
+    room: int,
+    base: int,
+    now: int,
+    store_ip: bytes,
+    store_port: int,
+    qtable: dict[tuple[str, int], int],
+    taken: dict[tuple[str, int], int],
+    results: list[DispatchRequest],
+    buf: bytearray,
+) -> int:
+    """Encode batch[start:] into `buf` while the units fit in `room` bytes; returns the stop.
+
+    `buf` holds the segment's bytes from log offset `base` on. Queue offsets come from `taken`
+    (this put's), else `qtable` (the log's), and go back into `taken`; each message's
+    DispatchRequest is appended to `results`.
+    """
+    new = tuple.__new__  # NamedTuple's own __new__ is Python code: too slow per message
+    for i, p in enumerate(islice(batch, start, None), start):
+        if p.size > room - len(buf):
+            return i
+        phys = base + len(buf)
+        topic, qid = key = (p.topic, p.queue_id)
+        qo = taken.get(key)
+        if qo is None:
+            qo = qtable.get(key, 0)
+        taken[key] = qo + 1
+        encode_into(buf, p, qo, phys, now, store_ip, store_port)
+        req = (topic, qid, qo, phys, p.size, now, p.tags_code, p.uniq_key, p.keys)
+        results.append(new(DispatchRequest, req))
+    return max(start, len(batch))
 
 
 def crc_ok(buf: Buffer, pos: int) -> bool:
@@ -326,3 +392,7 @@ def dispatch_request(buf: Buffer, pos: int, phys_offset: int) -> DispatchRequest
         m.properties.get(UNIQ_KEY),
         m.properties.get(KEYS),
     )
+
+
+# The C kernel builds DispatchRequests itself: it is handed the class once, here.
+encode_run = _encode_run if native is None else partial(native.encode_run, DispatchRequest)

@@ -51,11 +51,11 @@ def run_ingest(
 ) -> dict[str, Any]:
     """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
     started = time.monotonic()
+    brokers = discover_brokers(Path(data_dir), broker_name)  # bad paths fail before Spark starts
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
-    return _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress).run(
-        ledger_url, broker_name, range_bytes, started
-    )
+    job = _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress)
+    return job.run(brokers, ledger_url, range_bytes, started)
 
 
 class _Ingest:
@@ -74,9 +74,8 @@ class _Ingest:
         return table_path(self.lake, name)
 
     def run(
-        self, ledger_url: str | None, broker_name: str | None, range_bytes: int, started: float
+        self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
     ) -> dict[str, Any]:
-        brokers = discover_brokers(self.data_dir, broker_name)
         say(
             f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
             f"({self.io.backend} Delta backend)",

@@ -23,7 +23,7 @@ Summaries = dict[str, dict[str, Any]]
 
 RANGE_TASK = struct_of(
     "broker:str, broker_id:int, path:str, file_from:long, start:long, stop:long, exact:bool,"
-    " last_segment:bool"
+    " last_segment:bool, data_end:long"
 )
 CQ_TASK = struct_of(
     "broker:str, broker_id:int, topic:str, queue_id:int, path:str, lo:long, hi:long"

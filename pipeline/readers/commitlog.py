@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.segments import SegmentWalker, WalkResult, to_batch
+from pipeline.readers.segments import SegmentWalker, WalkResult
+from pipeline.readers.unit_batch import to_batch
 
 DEFAULT_RANGE_BYTES = 64 << 20
 
@@ -41,6 +42,7 @@ class RangeTask:
     stop: int
     exact: bool  # `start` is a known unit boundary (no anchor search)
     last_segment: bool
+    data_end: int = -1  # the segment's data end when planned (last segment), else unknown
 
     @property
     def range_id(self) -> str:
@@ -71,11 +73,10 @@ def _data_end(path: Path, file_from: int) -> int:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return 0
-        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
-            walker = SegmentWalker(m, file_from, last_segment=True)
-            end = walker.data_end()
-            del walker
-            return end
+        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    end = SegmentWalker(m, file_from, last_segment=True).data_end()
+    _close(m)
+    return end
 
 
 def plan_log(
@@ -103,13 +104,15 @@ def plan_log(
         is_last = path == last
         seg_start = max(0, start - file_from)
         seg_stop = plan_end - file_from if is_last else size
+        seg_data_end = data_end - file_from if is_last else -1
         pos = seg_start
         while pos < seg_stop:
             stop = min(seg_stop, pos + range_bytes)
             exact = pos == seg_start
             task = RangeTask(
-                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last
-            )
+                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last,
+                seg_data_end,
+            )  # fmt: skip
             tasks.append(task)
             pos = stop
     return LogPlan(tasks, log_min, max(plan_end, start), start, data_end)
@@ -118,14 +121,21 @@ def plan_log(
 def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
     """RAW_MESSAGE batches of the units starting in the task's range; damage goes to `result`."""
     with open(task.path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
-            walker = SegmentWalker(m, task.file_from, task.last_segment)
-            try:
-                for positions in walker.walk(task.start, task.stop, task.exact, result):
-                    yield to_batch(walker, positions, task.broker, task.broker_id, result)
-            finally:
-                del walker  # its views must go before the mapping closes
+        m = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
+    walker = SegmentWalker(m, task.file_from, task.last_segment, task.data_end)
+    try:
+        for positions in walker.walk(task.start, task.stop, task.exact, result):
+            yield to_batch(walker, positions, task.broker, task.broker_id, result)
+    finally:
+        del walker
+        _close(m)
+
+
+def _close(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:
+        pass  # a view is still alive (an exception's frames): unmapped when it goes
 
 
 def summary(task: RangeTask, result: WalkResult) -> dict[str, Any]:

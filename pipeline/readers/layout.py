@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.topics import validate_group
 from pipeline.readers.commitlog import Broker
 
 ROLES = {"master": 0, "slave": 1}
@@ -24,9 +25,16 @@ def discover_brokers(data_dir: Path, broker_name: str | None = None) -> list[Bro
     """The store dirs of DIR: from DIR/cluster.json, else DIR/brokers/<group>/{master,slave}.
 
     A bare store dir (one with commitlog/) is one broker named `broker_name` (default: the
-    directory's name), broker id 0.
+    directory's name), broker id 0. Broker names must be legal group names (they end up in
+    partition paths and SQL predicates): InvalidNameError otherwise.
     """
-    data_dir = Path(data_dir)
+    return [
+        Broker(validate_group(b.name), b.broker_id, b.store_dir)
+        for b in _brokers(data_dir, broker_name)
+    ]
+
+
+def _brokers(data_dir: Path, broker_name: str | None) -> list[Broker]:
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data dir {data_dir} does not exist")
     if (data_dir / "commitlog").is_dir():

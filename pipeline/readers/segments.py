@@ -1,41 +1,36 @@
-"""CommitLog segment bytes -> Arrow record batches of messages, plus every byte range it could
-not parse. The only binary decoding in the pipeline; pure functions over a buffer.
+"""CommitLog segment bytes -> the positions of its message units, plus every byte range that
+is not one. With unit_batch.py, the only binary decoding in the pipeline; pure code over a
+buffer.
 
 A walk follows the TOTALSIZE chain from a known unit boundary (or from the first *anchor* at
 or after an arbitrary split point: a structurally valid unit whose PHYSICALOFFSET field is
 its own log offset, which a stray magic number inside a body never has). The chain is
-followed in a tight loop over (TOTALSIZE, MAGIC) only; every other field of a batch of units
-is then read with numpy in one go (a sliding-window gather of the 88-byte headers) and the
-field lengths and PHYSICALOFFSET are checked vectorised. Bodies, topics and properties are
-copied once into Arrow buffers; body CRCs are computed per unit with zlib (C speed).
+followed in a tight loop over (TOTALSIZE, MAGIC) only; the headers of a batch of units are
+then read with numpy in one go (a sliding-window gather of the 88-byte headers) and the
+field lengths and PHYSICALOFFSET are checked vectorised.
 
 Damage never stops the walk: the damaged range (from the bad unit to the next anchor) is
 reported with the codec's reason (`torn`, `bad_magic`, `bad_size`, `bad_lengths`), or
 `bad_offset` (a unit whose PHYSICALOFFSET is not where it lies), `garbage` (non-zero bytes
 after the zero tail) or `zero_gap` (zeros followed by more units), and the walk goes on from
 the anchor. A unit whose body CRC does not match is emitted with crc_ok = false and also
-reported (`bad_crc`). A damaged range at the end of the written part of the last segment is
-not `final`: it may be a write still in flight, so the caller looks at it again next run.
+reported (`bad_crc`, by unit_batch.py). A damaged range at the end of the written part of the
+last segment is not `final`: it may be a write still in flight, so the next run looks again.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from broker_runtime.common.message import PROPERTY_SEPARATOR
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import RecordError
-from pipeline.schemas import RAW_MESSAGE, arrow_schema
 
 BATCH_UNITS = 8192
 _MIN_UNIT = codec.HEADER_SIZE + 3
@@ -87,14 +82,17 @@ class WalkResult:
 class SegmentWalker:
     """Walks message units of one segment (`file_from`: its log offset)."""
 
-    def __init__(self, data: bytes | mmap.mmap, file_from: int, last_segment: bool) -> None:
+    def __init__(
+        self, data: bytes | mmap.mmap, file_from: int, last_segment: bool, data_end: int = -1
+    ) -> None:
+        """`data_end`: the segment's data end if the caller knows it (saves a scan)."""
         self.data = data  # an mmap or bytes: both have .find
         self.buf = memoryview(data)
         self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
         self.size = len(self.buf)
         self.file_from = file_from
         self.last_segment = last_segment
-        self._data_end: int | None = None
+        self._data_end: int | None = data_end if data_end >= 0 else None
 
     # -- finding things -------------------------------------------------------------------
 
@@ -269,132 +267,3 @@ class SegmentWalker:
         result.bad.append(BadRange(pos, end - pos, reason, detail, final))
         result.end = end if not final else self.size
         return nxt
-
-
-_PAD_LIMIT = 64 << 20  # bytes a padded gather may allocate
-
-
-def _take_bytes(walker: SegmentWalker, starts: I64, lens: I64) -> tuple[pa.Buffer, pa.Buffer]:
-    """(int32 offsets, data) Arrow buffers of the slices [starts[i], starts[i] + lens[i]).
-
-    Slices of similar length (the usual case) are copied by one numpy gather of rows padded
-    to the longest, then compacted; very uneven ones by joining memoryview slices.
-    """
-    n = len(starts)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lens, out=offsets[1:])
-    total = int(offsets[-1])
-    longest = int(lens.max()) if n else 0
-    padded_size = longest * n
-    if (
-        0 < longest
-        and padded_size <= min(2 * total + 64 * n, _PAD_LIMIT)
-        and int(starts.max()) + longest <= walker.size
-    ):
-        rows = sliding_window_view(walker.arr, longest)[starts]
-        if int(lens.min()) == longest:
-            data: bytes | npt.NDArray[np.uint8] = rows.reshape(-1)
-        else:
-            data = rows[np.arange(longest) < lens[:, None]]
-    else:
-        buf, pairs = walker.buf, zip(starts.tolist(), lens.tolist(), strict=True)
-        data = b"".join([buf[s : s + k] for s, k in pairs])
-    return pa.py_buffer(offsets), pa.py_buffer(data)
-
-
-def _strings(walker: SegmentWalker, starts: I64, lens: I64) -> tuple[pa.Array, list[int]]:
-    """A string array of the slices; rows that are not UTF-8 are decoded with replacement
-    and their indexes returned."""
-    buffers = [None, *_take_bytes(walker, starts, lens)]
-    raw = pa.Array.from_buffers(pa.binary(), len(starts), buffers)
-    try:
-        return raw.cast(pa.string()), []
-    except pa.ArrowInvalid:
-        out, bad = [], []
-        for i, v in enumerate(raw.to_pylist()):
-            try:
-                out.append(v.decode())
-            except UnicodeDecodeError:
-                bad.append(i)
-                out.append(v.decode(errors="replace"))
-        return pa.array(out, pa.string()), bad
-
-
-_RAW_ARROW = arrow_schema(RAW_MESSAGE)
-# One property: name, then \x01, then the value (which may itself hold \x01).
-_PROPERTY = r"(?s)^(?P<k>[^\x01]*)\x01(?P<v>.*)$"
-
-
-def properties_map(text: pa.StringArray) -> pa.MapArray:
-    """`k\x01v\x02...` strings -> map<string, string>, as string_to_properties reads them
-    (items without a separator are skipped), vectorised with Arrow compute kernels."""
-    items = pc.split_pattern(text, PROPERTY_SEPARATOR)
-    parent = pc.list_parent_indices(items)
-    kv = pc.extract_regex(pc.list_flatten(items), _PROPERTY)
-    ok = pc.is_valid(kv)
-    kv, parent = kv.filter(ok), parent.filter(ok)
-    counts = np.bincount(parent.to_numpy(zero_copy_only=False), minlength=len(text))
-    offsets = np.zeros(len(text) + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(offsets), kv.field("k"), kv.field("v"))
-
-
-def to_batch(
-    walker: SegmentWalker, pos: I64, broker: str, broker_id: int, result: WalkResult
-) -> pa.RecordBatch:
-    """The RAW_MESSAGE batch of the verified units at `pos`; bad CRCs are also reported."""
-    n = len(pos)
-    h = walker.headers(pos)
-
-    def col(name: str, dtype: type[np.generic]) -> pa.Array:
-        return pa.array(h[name].astype(dtype))
-
-    body_len = h["body_len"].astype(np.int64)
-    body_at = pos + codec.HEADER_SIZE
-    topic_len = walker.arr[body_at + body_len].astype(np.int64)
-    props_at = body_at + body_len + 1 + topic_len
-    props_len = (walker.arr[props_at].astype(np.int64) << 8) | walker.arr[props_at + 1]
-    body_offsets, body_data = _take_bytes(walker, body_at, body_len)
-    body = pa.Array.from_buffers(pa.binary(), n, [None, body_offsets, body_data])
-    data, offs = memoryview(body_data), np.frombuffer(body_offsets, dtype=np.int32).tolist()
-    crcs = np.array([zlib.crc32(data[offs[i] : offs[i + 1]]) for i in range(n)], dtype=np.int64)
-    crcs &= 0x7FFFFFFF
-    stored_crc = h["crc"].astype(np.int32)
-    crc_ok = crcs == stored_crc
-    topic, bad_topic = _strings(walker, body_at + body_len + 1, topic_len)
-    props, bad_props = _strings(walker, props_at + 2, props_len)
-    for i in np.flatnonzero(~crc_ok).tolist():
-        p = int(pos[i])
-        detail = f"BODYCRC {int(stored_crc[i])}, body CRC {int(crcs[i])}"
-        result.bad.append(BadRange(p, int(h["total"][i]), "bad_crc", detail, True))
-    for i in sorted(set(bad_topic) | set(bad_props)):
-        p = int(pos[i])
-        result.bad.append(BadRange(p, int(h["total"][i]), "bad_text", "topic or properties "
-                                   "are not UTF-8 (kept with replacement)", True))  # fmt: skip
-    result.units += n
-    result.unit_bytes += int(h["total"].astype(np.int64).sum())
-    columns = [
-        pa.array([broker] * n, pa.string()),
-        pa.array(np.full(n, broker_id, dtype=np.int32)),
-        pa.array(pos + walker.file_from),
-        col("total", np.int32),
-        pa.array(stored_crc),
-        pa.array(crc_ok),
-        col("queue_id", np.int32),
-        col("flag", np.int32),
-        col("queue_offset", np.int64),
-        col("sys_flag", np.int32),
-        col("born_ts", np.int64),
-        col("born_ip", np.int64),
-        col("born_port", np.int32),
-        col("store_ts", np.int64),
-        col("store_ip", np.int64),
-        col("store_port", np.int32),
-        col("reconsume", np.int32),
-        col("ptx", np.int64),
-        pa.array(body_len.astype(np.int32)),
-        body,
-        topic,
-        properties_map(props),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)

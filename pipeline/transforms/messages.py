@@ -22,20 +22,6 @@ _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: beyond it no date exi
 _DAY_MS = 86_400_000
 
 
-def _ipv4(ip: Column, port: Column) -> Column:
-    octets = [F.shiftright(ip, s).bitwiseAND(255) for s in (24, 16, 8, 0)]
-    return F.format_string("%d.%d.%d.%d:%d", *octets, port)
-
-
-def _offset_msg_id(ip: Column, port: Column, phys: Column) -> Column:
-    """RocketMQ's offset msgId: store host (4 + 4 bytes) and log offset (8), upper-case hex."""
-    return F.upper(
-        F.concat(
-            F.lpad(F.hex(ip), 8, "0"), F.lpad(F.hex(port), 8, "0"), F.lpad(F.hex(phys), 16, "0")
-        )
-    )
-
-
 def _group_of(topic: Column) -> Column:
     return (
         F.when(topic.startswith(RETRY_PREFIX), F.substring(topic, len(RETRY_PREFIX) + 1, 1 << 20))
@@ -60,12 +46,9 @@ def to_messages(raw: DataFrame, run: int) -> DataFrame:
     )
     df = raw.withColumn("delivery_topic", delivery)
     columns = {
-        "msg_id": _offset_msg_id(F.col("store_ip"), F.col("store_port"), F.col("phys_offset")),
         "uniq_key": prop(UNIQ_KEY),
         "keys": prop(KEYS),
         "tags": prop(TAGS),
-        "born_host": _ipv4(F.col("born_ip"), F.col("born_port")),
-        "store_host": _ipv4(F.col("store_ip"), F.col("store_port")),
         "original_topic": F.coalesce(prop(RETRY_TOPIC), prop(REAL_TOPIC), F.col("topic")),
         "origin_msg_id": F.coalesce(prop(ORIGIN_MESSAGE_ID), prop(UNIQ_KEY)),
         "consumer_group": _group_of(F.col("delivery_topic")),

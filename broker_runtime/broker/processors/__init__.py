@@ -1,14 +1,14 @@
 """Request processors of the broker, one module per request family, and their registration.
 
-A later processor (CONSUMER_SEND_MSG_BACK, a schedule service's puts) registers the same
-way and stores through `BrokerController.put` / `replicate`.
+Every write (send, send-back, the schedule service's puts) stores through
+`BrokerController.put` / `replicate`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.processors import admin, consumer, pull, send
+from broker_runtime.broker.processors import admin, consumer, locks, pull, send, send_back
 from broker_runtime.remoting.protocol import RequestCode as C
 
 if TYPE_CHECKING:
@@ -21,10 +21,16 @@ def register_processors(ctl: BrokerController) -> None:
     c = consumer.ConsumerProcessor(ctl)
     a = admin.AdminProcessor(ctl)
     q = admin.QueryProcessor(ctl)
+    b = send_back.SendBackProcessor(ctl)
+    lk = locks.LockProcessor(ctl)
     for code, fn in (
         (C.SEND_MESSAGE, s.send),
         (C.SEND_BATCH_MESSAGE, s.send),
         (C.PULL_MESSAGE, p.pull),
+        (C.CONSUMER_SEND_MSG_BACK, b.send_back),
+        (C.LOCK_BATCH_MQ, lk.lock_batch),
+        (C.UNLOCK_BATCH_MQ, lk.unlock_batch),
+        (C.GET_ALL_DELAY_OFFSET, a.all_delay_offsets),
         (C.HEART_BEAT, c.heartbeat),
         (C.UNREGISTER_CLIENT, c.unregister_client),
         (C.GET_CONSUMER_LIST_BY_GROUP, c.consumer_list),

@@ -9,6 +9,7 @@ from broker_runtime.broker.processors.consumer import R
 from broker_runtime.broker.queue_times import offset_by_time, store_time_at
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
 from broker_runtime.broker.topic_config import TopicConfig
+from broker_runtime.common.delay import read_delay_offsets
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
 from broker_runtime.remoting.bodies import decode_json, encode_json
@@ -57,6 +58,16 @@ class AdminProcessor:
     async def all_groups(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return response_to(cmd, R.SUCCESS, body=encode_json(self.ctl.groups.to_json()))
 
+    async def all_delay_offsets(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET: delayOffset.json's shape, {"offsetTable": {"1": n, ...}}."""
+        ctl = self.ctl
+        if ctl.schedule is not None:
+            table = ctl.schedule.table()
+        else:  # a slave: what it last copied from its master
+            table = read_delay_offsets(ctl.config.store.store_dir)
+        body = {"offsetTable": {str(level): offset for level, offset in sorted(table.items())}}
+        return response_to(cmd, R.SUCCESS, body=encode_json(body))
+
     def _topic_config(self, topic: str | None) -> TopicConfig:
         cfg = self.ctl.topics.get(validate_topic(topic))
         if cfg is None:
@@ -98,22 +109,29 @@ class AdminProcessor:
             )  # fmt: skip
         store = self.ctl.require_store()
         rows: list[dict[str, Any]] = []
+        now = self.ctl.clock.now_ms()
+        broker = self.ctl.config.broker_name
         for topic in topics:
             cfg = self.ctl.topics.get(topic)
             if cfg is None:
                 continue
+            access = self.ctl.access.snapshot(group, topic) if self.ctl.access else {}
+            order = self.ctl.order_locks.snapshot(group, topic, broker, now)
             for q in range(cfg.write_queue_nums):
                 consumer = self.ctl.offsets.query(topic, group, q)
-                rows.append(
-                    {
-                        "topic": topic,
-                        "brokerName": self.ctl.config.broker_name,
-                        "queueId": q,
-                        "brokerOffset": store.max_offset(topic, q),
-                        "consumerOffset": consumer,
-                        "lastTimestamp": store_time_at(store, topic, q, consumer - 1),
-                    }
-                )
+                row = {
+                    "topic": topic,
+                    "brokerName": broker,
+                    "queueId": q,
+                    "brokerOffset": store.max_offset(topic, q),
+                    "consumerOffset": consumer,
+                    "lastTimestamp": store_time_at(store, topic, q, consumer - 1),
+                }
+                if q in access:  # the queue access lock's holder (queue_access_lock on)
+                    row["accessLock"] = access[q]
+                if q in order:  # an orderly consumer's LOCK_BATCH_MQ lock
+                    row["orderLock"] = order[q]
+                rows.append(row)
         if not rows:
             return response_to(
                 cmd,
@@ -176,7 +194,15 @@ class AdminProcessor:
             "dispatchedOffset": store.dispatcher.dispatched_offset,
             "pullsHeld": ctl.hold.waiting if ctl.hold else 0,
             "consumerGroups": len(ctl.consumers.groups),
+            "queueAccessLock": ctl.access is not None,
         }
+        if ctl.schedule is not None:
+            table["scheduleDelivered"] = ctl.schedule.delivered
+            table["scheduleSkipped"] = ctl.schedule.skipped
+            table["delayOffsets"] = encode_json(ctl.schedule.table()).decode()
+        if ctl.access is not None:
+            table["accessLockRefusedPulls"] = ctl.access.refused
+            table["accessLockTransfers"] = encode_json(ctl.access.transfers).decode()
         if ctl.ha_master is not None:
             table["haPort"] = ctl.ha_master.port
             table["haSlaveAckOffset"] = ctl.ha_master.acked

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.topic_config import TopicConfig
-from broker_runtime.common.topics import retry_topic, validate_group, validate_topic
+from broker_runtime.broker.processors.send_back import ensure_retry_topic
+from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.remoting.bodies import HeartbeatData, encode_json
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection, RemotingError
@@ -74,11 +74,8 @@ class ConsumerProcessor:
                 return response_to(
                     cmd, R.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {c.group_name} does not exist"
                 )
-            retry = retry_topic(c.group_name)
-            if c.message_model == "CLUSTERING" and ctl.is_master and ctl.topics.get(retry) is None:
-                n = group.retry_queue_nums
-                ctl.topics.put(TopicConfig(retry, n, n))
-                ctl.register_soon()
+            if c.message_model == "CLUSTERING" and ctl.is_master and group.retry_queue_nums > 0:
+                ensure_retry_topic(ctl, group)
             if ctl.consumers.register(hb.client_id, conn, c, ctl.clock.now_ms()):
                 log.info("group %s: client %s joined or changed", c.group_name, hb.client_id)
                 notify_ids_changed(ctl, c.group_name)

@@ -12,8 +12,10 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.message_filter import parse_subscription
+from broker_runtime.broker.message_filter import TagFilter, parse_subscription
+from broker_runtime.broker.processors.pull_access import PullGate, pull_gate
 from broker_runtime.broker.pull_reader import GetResult, GetStatus, read_queue
+from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.remoting.bodies import MASTER_ID
 from broker_runtime.remoting.command import RemotingCommand, response_to
@@ -44,6 +46,20 @@ def response_code(result: GetResult, request_offset: int) -> int:
 
 def _arrived(store: MessageStore, key: tuple[str, int], offset: int) -> bool:
     return store.max_offset(*key) > offset
+
+
+def _no_messages(
+    cmd: RemotingCommand, store: MessageStore, h: PullMessageRequestHeader, next_offset: int,
+    remark: str,
+) -> RemotingCommand:  # fmt: skip
+    """PULL_NOT_FOUND without messages (the queue access lock's answers)."""
+    out = PullMessageResponseHeader(
+        next_begin_offset=next_offset,
+        min_offset=store.min_offset(h.topic, h.queue_id),
+        max_offset=store.max_offset(h.topic, h.queue_id),
+        suggest_which_broker_id=MASTER_ID,
+    )
+    return response_to(cmd, R.PULL_NOT_FOUND, remark, fields=out.fields())
 
 
 class PullProcessor:
@@ -85,9 +101,45 @@ class PullProcessor:
             ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
         flt = parse_subscription(h.subscription)
         store = ctl.require_store()
+        suspend_ms = min(max(0, h.suspend_timeout_millis), cfg.max_suspend_ms)
+        gate = pull_gate(ctl, h, conn)
+        if gate is None:
+            return (await self._read(cmd, conn, h, group, flt, suspend_ms, None))[0]
+        access = await gate.admit(suspend_ms / 1000)
+        if not access.allowed:
+            return _no_messages(cmd, store, h, h.queue_offset, access.reason)
+        committed = gate.committed()
+        if access.acquired and committed > h.queue_offset:
+            # DeFiBus's correctRequestOffset: what the old holder acked is not pulled again.
+            remark = f"lock a queue success, update pull offset ({access.reason})"
+            return _no_messages(cmd, store, h, committed, remark)
+        gate.started()
+        delivered: int | None = None
+        try:
+            resp, delivered = await self._read(cmd, conn, h, group, flt, suspend_ms, gate)
+            return resp
+        finally:
+            gate.ended(delivered)
+
+    async def _read(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        h: PullMessageRequestHeader,
+        group: SubscriptionGroupConfig,
+        flt: TagFilter,
+        suspend_ms: int,
+        gate: PullGate | None,
+    ) -> tuple[RemotingCommand, int | None]:
+        """Read the queue, holding the pull while there is nothing to read and time left.
+
+        Also returns the next offset when messages were found (what was delivered).
+        """
+        ctl = self.ctl
+        cfg = ctl.config
+        store = ctl.require_store()
         key = (h.topic, h.queue_id)
         loop = asyncio.get_running_loop()
-        suspend_ms = min(max(0, h.suspend_timeout_millis), cfg.max_suspend_ms)
         deadline = loop.time() + suspend_ms / 1000
         offset = h.queue_offset
         while True:
@@ -111,9 +163,12 @@ class PullProcessor:
                     continue
             wait = left if cfg.long_polling else min(left, cfg.short_polling_ms / 1000)
             await ctl.hold.hold(key, wait, functools.partial(_arrived, store, key, offset))
+            if gate is not None and not gate.holds():  # taken over while this pull waited
+                remark = "queue taken by another client"
+                return _no_messages(cmd, store, h, h.queue_offset, remark), None
         code = response_code(result, h.queue_offset)
         suggest = MASTER_ID
-        if cfg.slave_read_enable:
+        if cfg.slave_read_enable and gate is None:  # the access lock lives on the master
             suggest = (
                 group.which_broker_when_consume_slowly if result.suggest_slave else group.broker_id
             )
@@ -129,4 +184,5 @@ class PullProcessor:
             max_offset=result.max_offset,
             suggest_which_broker_id=suggest,
         )
-        return response_to(cmd, code, None, fields=out.fields(), body=body)
+        delivered = result.next_begin_offset if body else None
+        return response_to(cmd, code, None, fields=out.fields(), body=body), delivered

@@ -5,8 +5,16 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
+from broker_runtime.common.delay import DelayLevelError
 from broker_runtime.common.message import Message, offset_msg_id, string_to_properties
-from broker_runtime.common.topics import validate_group, validate_topic
+from broker_runtime.common.topics import (
+    SCHEDULE_TOPIC,
+    group_of,
+    is_retry_topic,
+    validate_group,
+    validate_topic,
+)
 from broker_runtime.remoting.bodies import decode_batch
 from broker_runtime.remoting.command import RemotingCommand, response_to
 from broker_runtime.remoting.connection import Connection
@@ -40,6 +48,17 @@ class SendProcessor:
             )
         validate_topic(h.topic)
         validate_group(h.producer_group)
+        if h.topic == SCHEDULE_TOPIC:
+            return response_to(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"{SCHEDULE_TOPIC} is the broker's own: delay a message with the DELAY property",
+            )
+        retry_group = group_of(h.topic) if is_retry_topic(h.topic) else None
+        if retry_group and ctl.topics.get(h.topic) is None:
+            group = ctl.groups.find(validate_group(retry_group))
+            if group is not None:  # a retry topic has the group's retryQueueNums queues
+                ensure_retry_topic(ctl, group)
         cfg = ctl.topic_for_send(h.topic)
         if cfg is None:
             return response_to(
@@ -78,9 +97,13 @@ class SendProcessor:
             )
             for body, props, flag in items
         ]
+        if retry_group:
+            refused = route_retry_send(ctl, cmd, h, msgs)
+            if refused is not None:
+                return refused
         try:
             results = await ctl.put(msgs)
-        except MessageRejected as e:
+        except (MessageRejected, DelayLevelError) as e:
             return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
         except StoreUnavailable as e:
             return response_to(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))

@@ -16,15 +16,9 @@ from pipeline.spark_session import build_spark
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    tiny_frames = {
-        # Two shuffle partitions instead of eight near-empty tasks per window; on frames of
-        # a dozen rows, compiling whole-stage code and re-planning cost more than they save.
-        "spark.sql.shuffle.partitions": "2",
-        "spark.sql.codegen.wholeStage": "false",
-        "spark.sql.adaptive.enabled": "false",
-    }
-    session = build_spark("mqaudit-expectations-tests", conf=tiny_frames)
-    session.sparkContext.setLogLevel("ERROR")
+    # The same session as tests/unit/pipeline's fixture: whichever starts first, the other
+    # gets it back from getOrCreate with identical settings.
+    session = build_spark("mqaudit-tests", "local[2]")
     yield session
     session.stop()
 

@@ -27,10 +27,13 @@ AUDIT_SCHEMAS: dict[str, StructType] = {
     "audit_duplicates": struct_of(f"{_FINDING}, topic:str, broker:str, first_ts:long"),
     "audit_losses": struct_of(f"{_FINDING}, topic:str, broker:str"),
     "audit_lag": struct_of(
-        f"{_FINDING}, topic:str, broker:str, queue_id:int, snapshot_ts:long,"
+        f"{_FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, snapshot_ts:long,"
         " lag_messages:long, lag_ms:long, status:str"
     ),
-    "audit_dead_letters": struct_of(f"{_FINDING}, original_topic:str, age_ms:long, replayed:bool"),
+    "audit_dead_letters": struct_of(
+        f"{_FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long,"
+        " original_topic:str, age_ms:long, replayed:bool"
+    ),
     "resend_candidates": struct_of(f"{_FINDING}, send_count:int"),
     "manual_handling": struct_of(f"{_FINDING}, send_count:int"),
     "consistency": struct_of(f"{_FINDING}, topic:str, broker:str, queue_id:int"),
@@ -181,23 +184,28 @@ def finding(kind: str, msg_id: str | None, group: str | None, count: int, **over
 
 
 def lag(ts: int, status: str, lag_messages: int, lag_ms: int, queue_id: int = 0) -> Rows:
-    row = {"topic": "TopicA", "broker": "broker-a", "queue_id": queue_id, "snapshot_ts": ts}
+    row = {"topic": "TopicA", "broker": "broker-a", "broker_id": 0, "queue_id": queue_id}
+    row |= {"snapshot_ts": ts}
     row |= {"lag_messages": lag_messages, "lag_ms": lag_ms, "status": status}
     return finding("lag", None, "g1", lag_messages, cause="snapshot", **row)
 
 
+def dead_letter(msg_id: str, queue_offset: int, age_ms: int, replayed: bool) -> Rows:
+    row = {"topic": "%DLQ%g1", "broker": "broker-a", "queue_id": 0, "queue_offset": queue_offset}
+    row |= {"original_topic": "TopicA", "age_ms": age_ms, "replayed": replayed}
+    return finding("dead_lettered", msg_id, "g1", 17, cause="max_reconsume_times", **row)
+
+
 def good_audits() -> dict[str, Rows]:
-    dead = {"original_topic": "TopicA", "cause": "max_reconsume_times"}
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
         + finding("delivered_twice", "U2", "g1", 2, cause="rebalance_overlap"),
         "audit_losses": [],
         # An old STALLED snapshot that has since recovered does not fail today's gate.
         "audit_lag": lag(T0, "STALLED", 50_000, 3_600_000) + lag(T0 + MINUTE, "OK", 5, 200),
-        "audit_dead_letters": finding(
-            "dead_lettered", "D1", "g1", 17, age_ms=30 * DAY, replayed=True, **dead
-        )
-        + finding("dead_lettered", "D2", "g1", 17, age_ms=DAY, replayed=False, **dead),
+        "audit_dead_letters": dead_letter("D1", 0, 30 * DAY, replayed=True)
+        + dead_letter("D2", 1, DAY, replayed=False)
+        + dead_letter("D2", 2, DAY, replayed=False),  # stored twice by the producer
         "resend_candidates": finding(
             "resend_due", "M1", None, 1, cause="unconfirmed", send_count=1
         ),
@@ -217,7 +225,8 @@ def bad_audits() -> dict[str, Rows]:
         + lag(T0 + MINUTE, "STOPPED", 20_000, 2 * 3_600_000)  # queue 0 now: stopped, behind
         + lag(T0 + 2 * MINUTE, "BROKEN", 1, 1, queue_id=1),
         "audit_dead_letters": good["audit_dead_letters"]
-        + finding("dead_lettered", "D3", "g1", 17, age_ms=30 * DAY, replayed=False, cause="x"),
+        + dead_letter("D3", 3, 30 * DAY, replayed=False)
+        + dead_letter("D4", 3, DAY, replayed=False),  # the same DLQ position twice
         "resend_candidates": good["resend_candidates"] * 2,
         "manual_handling": finding("max_send_count", "M9", None, 1, cause="send_count 16"),
         "consistency": finding("offset_regression", None, "g1", 1, cause="offset 9 -> 4"),
@@ -295,7 +304,10 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_BETWEEN, ("lag_ms",)),
         ("expect_column_values_to_not_be_in_set", ("status",)),
     },
-    "audit_dead_letters": {(_BETWEEN, ("age_ms",))},
+    "audit_dead_letters": {
+        (_BETWEEN, ("age_ms",)),
+        (_COMPOUND, ("broker", "topic", "queue_id", "queue_offset")),
+    },
     "resend_candidates": {(_UNIQUE, ("msg_id",))},
     "manual_handling": {(_ROWS, ())},
     "consistency": {(_ROWS, ())},

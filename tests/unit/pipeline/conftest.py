@@ -1,4 +1,4 @@
-"""One local Spark session for every pipeline test in a pytest session."""
+"""One local Spark session for every pipeline test (it takes seconds to start)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,11 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.spark_session import build_spark
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    # Tiny frames: two shuffle partitions instead of eight near-empty tasks per stage.
-    session = build_spark(
-        "mqaudit-pipeline-tests",
-        conf={
-            "spark.sql.shuffle.partitions": "1",
-            "spark.sql.adaptive.enabled": "false",
-            "spark.sql.codegen.wholeStage": "false",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    from pipeline.spark_session import build_spark
+
+    session = build_spark("mqaudit-tests", "local[2]")
     yield session
     session.stop()

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from expectations.suites import audits as suites
 from expectations.suites.common import referenced_columns
 from pipeline import schemas as S
-from pipeline.audit_schemas import AUDIT_TABLES
+from pipeline.audit_schemas import AUDIT_TABLES, KINDS
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import AuditThresholds, run_audit
 from pipeline.jobs.ingest import table_path
@@ -137,9 +137,13 @@ def test_a_missing_lake_is_a_clear_error(spark: SparkSession, tmp_path: Path) ->
         run_audit(tmp_path / "nowhere", spark)
 
 
-def test_audit_tables_have_the_columns_their_suites_read() -> None:
+def test_audit_tables_meet_their_suites() -> None:
+    """Every column a suite reads exists, and every kind an audit writes is one it accepts."""
+    assert {spec.table for spec in suites.SPECS} == set(AUDIT_TABLES)
     for spec in suites.SPECS:
         ours = set(AUDIT_TABLES[spec.table].fieldNames())
         derived = {"is_latest"} if spec.prepare is not None else set()
         needed = (referenced_columns(spec.build()) | set(spec.row_id)) - derived
         assert needed <= ours, f"{spec.table} lacks {sorted(needed - ours)}"
+        (accepted,) = [v for k, v in spec.defaults.items() if k.endswith("_kinds")]
+        assert set(KINDS[spec.table]) <= set(accepted), spec.table

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from broker_runtime.common.message import string_to_properties
 from broker_runtime.store import record_codec as codec
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
-from pipeline.readers.segments import WalkResult, properties_map
+from pipeline.readers.segments import WalkResult
+from pipeline.readers.unit_batch import properties_map
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 
@@ -53,8 +54,9 @@ def test_every_unit_once_with_every_field(store: Path, range_bytes: int) -> None
             m.queue_id, m.flag, m.queue_offset, m.sys_flag,
         )  # fmt: skip
         assert (r["born_ts"], r["store_ts"]) == (m.born_timestamp, m.store_timestamp)
-        assert r["born_port"] == m.born_host[1] and r["store_port"] == m.store_host[1]
-        assert r["born_ip"] == int.from_bytes(bytes(map(int, m.born_host[0].split("."))), "big")
+        assert r["born_host"] == f"{m.born_host[0]}:{m.born_host[1]}"
+        assert r["store_host"] == f"{m.store_host[0]}:{m.store_host[1]}"
+        assert r["msg_id"] == m.msg_id
         assert (r["reconsume_times"], r["prepared_tx_offset"]) == (
             m.reconsume_times, m.prepared_transaction_offset,
         )  # fmt: skip

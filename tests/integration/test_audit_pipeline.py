@@ -1,0 +1,185 @@
+"""Real store files and ledgers -> ingest -> audit -> reports, finding injected faults.
+
+A broker-a master store is written through the broker's own store and send-back/schedule
+rules (a producer resend, a message that fails into the DLQ through two retries), copied to
+its slave as replication would, with SQLite ledgers beside it (one stub confirmed at an
+offset its queue never had) and two consumerOffset.json snapshots where group g2 does not
+move. Ingest runs twice (one per snapshot), then the audit and both reports.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from broker_runtime.broker.retry_policy import decide_send_back, send_back_message
+from broker_runtime.cli.main import main
+from broker_runtime.common.clock import FakeClock
+from broker_runtime.common.config import StoreConfig
+from broker_runtime.common.delay import DelayLevels, from_schedule, to_schedule
+from broker_runtime.common.message import UNIQ_KEY, Message
+from broker_runtime.ledger.consumer import ConsumerLedger, Receipt
+from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRecord
+from broker_runtime.ledger.schema import Outcome
+from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
+from broker_runtime.store.message_store import MessageStore
+from pipeline.audit_schemas import AUDIT_TABLES
+from pipeline.delta_io import DeltaIO
+from pipeline.jobs.audit import run_audit
+from pipeline.jobs.ingest import run_ingest, table_path
+from pipeline.spark_session import build_spark
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+T0 = 1_700_000_000_000
+SNAPSHOT_1 = T0 + 3_600_000
+SNAPSHOT_2 = SNAPSHOT_1 + 120_000
+TOPIC = "TopicA"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    # The same local session as the unit tests' fixture when they run in this process.
+    session = build_spark(
+        "mqaudit-pipeline-tests",
+        conf={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"},
+    )
+    yield session
+
+
+def _write_store(store_dir: Path, clock: FakeClock) -> dict[str, Any]:
+    """Messages U0..U5 in TopicA (U1 twice), U2's retries and dead letter; their positions."""
+    config = StoreConfig(store_dir=store_dir, segment_size=1 << 20, cq_entries_per_file=1000)
+    placed: dict[str, Any] = {}
+    with MessageStore(config, clock=clock) as store:
+
+        def put(msg: Message) -> Any:
+            clock.advance(1000)
+            (result,) = store.put_messages([msg])
+            return result
+
+        for i in range(6):
+            key = f"U{i}"
+            placed[key] = put(Message(TOPIC, f"body {i}".encode(), {UNIQ_KEY: key}, queue_id=i % 2))
+        # The producer never saw U1's acknowledgement and sent it again.
+        placed["U1-again"] = put(Message(TOPIC, b"body 1", {UNIQ_KEY: "U1"}, queue_id=0))
+        # U2 fails for g1 every time: two retries through the schedule topic, then the DLQ.
+        levels = DelayLevels.parse()
+        failed = store.message_at(placed["U2"].phys_offset)
+        for reconsume in range(3):
+            assert failed is not None
+            decision = decide_send_back("g1", reconsume, max_reconsume_times=2)
+            copy = send_back_message(failed, decision)
+            if decision.target == "DLQ":
+                placed["U2-dlq"] = put(copy)
+                break
+            waiting = store.message_at(put(to_schedule(copy, levels)).phys_offset)
+            assert waiting is not None
+            placed[f"U2-retry{reconsume + 1}"] = put(from_schedule(waiting))
+            failed = store.message_at(placed[f"U2-retry{reconsume + 1}"].phys_offset)
+        store.wait_dispatched()
+        offsets = ConsumerOffsets(store_dir)
+        for queue_id in (0, 1):
+            offsets.commit(TOPIC, "g1", queue_id, store.max_offset(TOPIC, queue_id))
+        offsets.commit(TOPIC, "g2", 0, 0)  # g2 consumed nothing from queue 0
+        offsets.persist()
+        placed["max0"] = store.max_offset(TOPIC, 0)
+    return placed
+
+
+def _write_ledgers(data_dir: Path, clock: FakeClock, placed: dict[str, Any]) -> None:
+    producer = ProducerLedger.open(data_dir, clock=clock)
+    keys = [f"U{i}" for i in range(6)] + ["L1"]
+    producer.record_before_send([StubRecord(k, TOPIC, "0" * 64) for k in keys])
+    confirmations = [
+        Confirmation(k, "broker-a", placed[k].queue_id, placed[k].queue_offset) for k in keys[:6]
+    ]
+    # L1: the broker acknowledged it at an offset that its queue never held.
+    confirmations.append(Confirmation("L1", "broker-a", 0, 99))
+    producer.confirm(confirmations)
+    producer.close()
+    consumer = ConsumerLedger.open(data_dir, clock=clock)
+
+    def receive(key: str, position: str, reconsume: int = 0, topic: str = TOPIC) -> int:
+        p = placed[position]
+        receipt = Receipt(key, topic, "g1", "c1", "broker-a", p.queue_id, p.queue_offset, reconsume)
+        (row_id,) = consumer.record_received([receipt])
+        return row_id
+
+    done = [receive(k, k) for k in ("U0", "U1", "U3", "U4", "U5")]
+    done.append(receive("U1", "U1-again"))  # the resent copy reached g1 as well
+    consumer.record_outcome([(i, Outcome.CONSUMED) for i in done])
+    failed = [receive("U2", "U2")]
+    failed += [receive("U2", f"U2-retry{r}", r, "%RETRY%g1") for r in (1, 2)]
+    consumer.record_outcome([(i, Outcome.RECONSUME_LATER) for i in failed])
+    consumer.close()
+
+
+@pytest.fixture(scope="module")
+def lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_dir = tmp_path_factory.mktemp("cluster")
+    master = data_dir / "brokers" / "broker-a" / "master"
+    clock = FakeClock(T0)
+    placed = _write_store(master, clock)
+    shutil.copytree(master, master.with_name("slave"))  # what replication gives the slave
+    _write_ledgers(data_dir, clock, placed)
+    lake = tmp_path_factory.mktemp("lake")
+    offsets_files = [
+        p / "config" / "consumerOffset.json" for p in (master, master.with_name("slave"))
+    ]
+    for snapshot in (SNAPSHOT_1, SNAPSHOT_2):  # the same offsets, two minutes apart
+        for f in offsets_files:
+            os.utime(f, ns=(snapshot * 1_000_000, snapshot * 1_000_000))
+        run_ingest(data_dir, lake, spark, progress=False)
+    return lake
+
+
+def _rows(spark: SparkSession, lake: Path, table: str, where: str) -> list[dict[str, Any]]:
+    df = DeltaIO(spark).read(table_path(lake, table), AUDIT_TABLES[table])
+    return [r.asDict() for r in df.filter(where).collect()]
+
+
+def test_audit_finds_the_injected_faults(spark: SparkSession, lake: Path, tmp_path: Path) -> None:
+    summary = run_audit(lake, spark, as_of_ms=SNAPSHOT_2 + 1000, progress=False)
+    tables = summary["tables"]
+    assert tables["audit_duplicates"]["kinds"] == {
+        "stored_twice": {"producer_resend": 1},
+        "delivered_twice": {"producer_resend": 1},
+        "duplicate_effect": {"producer_resend": 1},
+    }
+    (stored,) = _rows(spark, lake, "audit_duplicates", "kind = 'stored_twice'")
+    assert (stored["msg_id"], stored["count"]) == ("U1", 2)  # master + slave: still 2 copies
+
+    assert tables["audit_losses"]["kinds"] == {"lost_after_ack": {"absent_from_commitlog": 1}}
+    (lost,) = _rows(spark, lake, "audit_losses", "true")
+    assert (lost["msg_id"], lost["queue_id"], lost["queue_offset"]) == ("L1", 0, 99)
+
+    (dead,) = _rows(spark, lake, "audit_dead_letters", "true")
+    assert (dead["msg_id"], dead["group"], dead["original_topic"]) == ("U2", "g1", TOPIC)
+    assert (dead["count"], dead["retries"], dead["deliveries"]) == (3, 2, 3)
+    assert [s["reconsume_times"] for s in dead["retry_chain"]] == [1, 2]
+    assert dead["last_outcome"] == "RECONSUME_LATER" and dead["replayed"] is False
+
+    lag = _rows(spark, lake, "audit_lag", "group = 'g2'")
+    assert [
+        (r["snapshot_ts"], r["lag_messages"], r["status"])
+        for r in sorted(lag, key=lambda r: r["snapshot_ts"])
+    ] == [(SNAPSHOT_1, 4, "WARN"), (SNAPSHOT_2, 4, "STALLED")]
+    assert lag[0]["msg_id"] == "U0"  # the oldest message g2 has not consumed
+    assert tables["audit_lag"]["latest_status"] == {"OK": 2, "STALLED": 1}
+    assert tables["consistency"]["rows"] == 0
+
+    # The reports, through the command line as the DAGs' shell tasks would run them.
+    assert main(["pipeline", "report", "--lake", str(lake), "--out", str(tmp_path / "r")]) == 0
+    html = (tmp_path / "r" / "audit_report.html").read_text()
+    for png in ("lag_over_time", "duplicates_by_cause", "dead_letters_by_group_age"):
+        assert (tmp_path / "r" / f"{png}.png").is_file() and f'src="{png}.png"' in html
+    assert main(["pipeline", "dlq-report", "--lake", str(lake), "--out", str(tmp_path / "d")]) == 0
+    lines = (tmp_path / "d" / "dead_letters.csv").read_text().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("g1,U2,TopicA,")

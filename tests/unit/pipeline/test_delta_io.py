@@ -1,0 +1,135 @@
+"""Delta I/O: backend choice, idempotent appends, partition overwrite, upserts, odd values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from pipeline import delta_io
+from pipeline.delta_io import DeltaIO, choose_backend, history, native_delta_available, txn_version
+from pipeline.schemas import struct_of
+
+SCHEMA = struct_of("k:long, part:str, v:str, m:map")
+
+
+class _Conf:
+    def __init__(self, extensions: str | None) -> None:
+        self.extensions = extensions
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.extensions if key == "spark.sql.extensions" else default
+
+
+class _Jvm:
+    """Stands in for py4j's JVM view: Class.forName succeeds or raises like py4j does."""
+
+    def __init__(self, has_delta: bool) -> None:
+        self.has_delta = has_delta
+        self.java = self
+        self.lang = self
+        self.Thread = self
+        self.Class = self
+
+    def currentThread(self) -> _Jvm:
+        return self
+
+    def getContextClassLoader(self) -> object:
+        return object()
+
+    def forName(self, name: str, init: bool, loader: object) -> object:
+        if not self.has_delta:
+            raise RuntimeError(f"java.lang.ClassNotFoundException: {name}")
+        return name
+
+
+class _Spark:
+    def __init__(self, has_delta: bool, extensions: str | None) -> None:
+        self._jvm = _Jvm(has_delta)
+        self.conf = _Conf(extensions)
+
+
+EXT = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+@pytest.mark.parametrize(
+    ("has_delta", "extensions", "native"),
+    [(True, EXT, True), (False, EXT, False), (True, None, False), (True, "other.Ext", False)],
+)
+def test_native_backend_needs_the_classes_and_the_extension(
+    has_delta: bool, extensions: str | None, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(delta_io.BACKEND_ENV, raising=False)
+    spark: Any = _Spark(has_delta, extensions)
+    assert native_delta_available(spark) is native
+    assert choose_backend(spark) == ("native" if native else "embedded")
+
+
+def test_backend_can_be_forced_and_a_bad_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    spark: Any = _Spark(False, None)
+    monkeypatch.setenv(delta_io.BACKEND_ENV, "native")
+    assert choose_backend(spark) == "native"
+    monkeypatch.setenv(delta_io.BACKEND_ENV, "fast")
+    with pytest.raises(ValueError, match="embedded or native"):
+        choose_backend(spark)
+
+
+@pytest.mark.slow
+def test_local_session_uses_the_embedded_backend(spark: SparkSession) -> None:
+    assert not native_delta_available(spark)
+    assert DeltaIO(spark).backend == "embedded"
+
+
+def _df(spark: SparkSession, rows: list[tuple[Any, ...]]) -> Any:
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+ODD = "%RETRY%g/x=y z:ü"  # characters Spark escapes in partition directory names
+
+
+@pytest.mark.slow
+def test_append_with_a_txn_happens_once_and_reads_back(spark: SparkSession, tmp_path: Path) -> None:
+    io, path = DeltaIO(spark), str(tmp_path / "t")
+    rows = [(1, ODD, "a", {"x": "1"}), (2, "plain", None, {}), (3, None, "c", None)]
+    assert io.append(_df(spark, rows), path, SCHEMA, ["part"], txn=("app", 1)) == 3
+    assert io.append(_df(spark, rows), path, SCHEMA, ["part"], txn=("app", 1)) == -1
+    assert len(history(path)) == 1 and txn_version(path, "app") == 1
+    got = sorted((tuple(r) for r in io.read(path, SCHEMA).collect()), key=lambda r: r[0])
+    assert got == rows
+    assert DeltaTable(path).metadata().partition_columns == ["part"]
+    assert io.append(_df(spark, []), path, SCHEMA, ["part"], txn=("app", 2)) == 0
+    assert len(history(path)) == 1  # no rows: no commit
+
+
+@pytest.mark.slow
+def test_overwrite_partitions_replaces_only_that_partition(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    io, path = DeltaIO(spark), str(tmp_path / "t")
+    io.append(_df(spark, [(1, "a", "old", None), (2, "b", "keep", None)]), path, SCHEMA, ["part"])
+    io.overwrite_partitions(
+        _df(spark, [(3, "a", "new", None)]), path, SCHEMA, ["part"], {"part": "a"}
+    )
+    got = sorted((r["k"], r["part"], r["v"]) for r in io.read(path, SCHEMA).collect())
+    assert got == [(2, "b", "keep"), (3, "a", "new")]
+
+
+@pytest.mark.slow
+def test_merge_upsert_updates_inserts_deletes_and_skips_no_change(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    schema = struct_of("k:long, v:str, final:bool")
+    io, path = DeltaIO(spark), str(tmp_path / "t")
+    first = [(1, "a", True), (2, "b", False), (3, "c", False)]
+    assert io.merge_upsert(spark.createDataFrame(first, schema), path, schema, ["k"]) == 3
+    version = len(history(path))
+    assert io.merge_upsert(spark.createDataFrame(first, schema), path, schema, ["k"]) == 0
+    assert len(history(path)) == version
+    second = spark.createDataFrame([(1, "A", True), (3, "c", False), (4, "d", True)], schema)
+    n = io.merge_upsert(second, path, schema, ["k"], delete_unmatched=lambda p: f"NOT {p}final")
+    assert n == 2  # k=1 changed, k=4 new; k=2 (not final, gone from the source) deleted
+    got = sorted(tuple(r) for r in io.read(path, schema).collect())
+    assert got == [(1, "A", True), (3, "c", False), (4, "d", True)]
