@@ -4,7 +4,8 @@ figures against their targets (reported, never asserted).
 
 1. Writes N 1 KiB messages (distinct random bodies) across 2 brokers' stores through the
    store's batch put (kept under --work and reused by later runs of the same size).
-2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads.
+2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads, from the
+   page cache (warm) and from the device (O_DIRECT).
 3. parse: the reader alone (segment walk + decode to Arrow, no Spark) over the same
    ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio.
 4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
@@ -89,6 +90,36 @@ def _read_file(path: Path, limit: int) -> tuple[int, float]:
                 break
             n += k
     return min(n, limit), time.thread_time() - cpu
+
+
+def _read_direct(path: Path, limit: int) -> int:
+    """Bytes read with O_DIRECT (past the page cache: what the device gives)."""
+    import mmap
+
+    buf = mmap.mmap(-1, 1 << 20)  # page-aligned, as O_DIRECT needs
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        n = 0
+        while n < limit:
+            k = os.preadv(fd, [buf], n)
+            if not k:
+                break
+            n += k
+        return min(n, limit)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def device_read(tasks: list[RangeTask]) -> dict[str, float]:
+    """MB/s of reading the same bytes from the device (O_DIRECT, 2 threads)."""
+    extents: dict[str, int] = {}
+    for t in tasks:
+        extents[t.path] = max(extents.get(t.path, 0), t.stop)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        total = sum(pool.map(lambda kv: _read_direct(Path(kv[0]), kv[1]), extents.items()))
+    return {"device_read_mb_per_s": round(total / (time.perf_counter() - start) / 1e6, 1)}
 
 
 def raw_read(tasks: list[RangeTask]) -> dict[str, float]:
@@ -214,12 +245,15 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=ROOT / "bench-out" / "ingest")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--rss-sizes", default="1000000,4000000", help="two sizes, or 'none'")
-    p.add_argument("--ingest-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--step", choices=["generate", "ingest"], help=argparse.SUPPRESS)
     args = p.parse_args()
     data = args.work / f"data-{args.messages}"
     lake = args.work / f"lake-{args.messages}"
-    make_cluster(data, args.messages, args.size)
-    if args.ingest_only:  # the memory runs: one fresh process per size
+    if args.step != "ingest":
+        make_cluster(data, args.messages, args.size)
+    if args.step == "generate":
+        return 0
+    if args.step == "ingest":  # the memory runs: a fresh process that only ingests
         print(json.dumps(ingest(data, lake, args.master)))
         shutil.rmtree(lake, ignore_errors=True)
         return 0
@@ -232,6 +266,10 @@ def main() -> int:
     parse["parse_cpu_ratio_to_raw_read"] = round(
         parse["parse_mb_per_cpu_s"] / read["raw_read_mb_per_cpu_s"], 3
     )
+    read |= device_read(tasks)
+    parse["parse_ratio_to_device_read"] = round(
+        parse["parse_mb_per_s"] / read["device_read_mb_per_s"], 3
+    )
     print(json.dumps({"stage": "read+parse", "segment_files": files, **read, **parse}), flush=True)
     result = ingest(data, lake, args.master)
     print(json.dumps({"stage": "ingest", "load_average": os.getloadavg()[0], **result}), flush=True)
@@ -241,14 +279,17 @@ def main() -> int:
         ("ingest messages/CPU-s", result["ingest_messages_per_cpu_s"], "(x2 cores if idle)"),
         ("parse / raw read", parse["parse_ratio_to_raw_read"], ">= 0.25"),
         ("parse / raw read, CPU", parse["parse_cpu_ratio_to_raw_read"], "(per CPU-second)"),
+        ("parse / device read", parse["parse_ratio_to_device_read"], "(O_DIRECT reads)"),
         ("load average (1 min)", round(os.getloadavg()[0], 1), "(2 cores)"),
     ]
     if args.rss_sizes != "none":
         peaks = []
         for n in [int(x) for x in args.rss_sizes.split(",")]:
             cmd = [sys.executable, __file__, "--messages", str(n), "--work", str(args.work),
-                   "--master", args.master, "--ingest-only"]  # fmt: skip
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+                   "--size", str(args.size), "--master", args.master, "--step"]  # fmt: skip
+            subprocess.run([*cmd, "generate"], check=True)
+            run = subprocess.run([*cmd, "ingest"], check=True, capture_output=True, text=True)
+            out = json.loads(run.stdout)
             peaks.append(out["driver_python_peak_rss_mb"] + out["driver_jvm_peak_rss_mb"])
             print(json.dumps({"stage": f"memory at {n:,}", **out}), flush=True)
         rows.append(("driver peak RSS ratio", round(peaks[1] / peaks[0], 3), "<= 1.3"))

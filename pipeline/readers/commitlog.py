@@ -7,6 +7,7 @@ read in parallel and in any order and still give every unit exactly once.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
@@ -68,15 +70,34 @@ def segment_files(store_dir: str | Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.isdigit() and len(p.name) == NAME_DIGITS)
 
 
-def _data_end(path: Path, file_from: int) -> int:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return 0
-        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-    end = SegmentWalker(m, file_from, last_segment=True).data_end()
-    _close(m)
-    return end
+def _data_end(path: Path) -> int:
+    """Position just past the segment's last non-zero byte.
+
+    Reads backwards with pread from the end of the file's last data extent (holes of a
+    sparse segment are skipped, not read): no mapping, so the driver's memory stays flat.
+    """
+    chunk = 1 << 20
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        end = _extent_end(fd, os.fstat(fd).st_size)
+        while end > 0:
+            lo = max(0, end - chunk)
+            nonzero = np.flatnonzero(np.frombuffer(os.pread(fd, end - lo, lo), dtype=np.uint8))
+            if len(nonzero):
+                return lo + int(nonzero[-1]) + 1
+            end = lo
+        return 0
+
+
+def _extent_end(fd: int, size: int) -> int:
+    """End of the file's last data extent (its size where the file system cannot say)."""
+    end = pos = 0
+    try:
+        while True:
+            pos = os.lseek(fd, os.lseek(fd, pos, os.SEEK_DATA), os.SEEK_HOLE)
+            end = pos
+    except OSError as e:
+        return end if e.errno == errno.ENXIO else size  # ENXIO: no data past `pos`
 
 
 def plan_log(
@@ -93,7 +114,7 @@ def plan_log(
     log_min = int(files[0].name)
     start = max(start_offset, log_min)
     last = files[-1]
-    data_end = int(last.name) + _data_end(last, int(last.name))
+    data_end = int(last.name) + _data_end(last)
     plan_end = data_end if until is None else min(data_end, until)
     tasks = []
     for path in files:
