@@ -1,9 +1,10 @@
 """The one GX Data Context of a run: a Spark data source and, per table, its checkpoints.
 
 Per table the context holds one dataframe asset with a whole-dataframe batch definition, one
-validation definition per table and suite, and two checkpoints over it: `quick` (pass/fail
-per expectation, cheap on Spark) and `detail` (sample failing rows named by the table's row
-id columns), both with an UpdateDataDocsAction when Data Docs are on.
+validation definition per table and suite with its checkpoint (pass/fail per expectation,
+cheap on Spark), and, once the table fails, one for the `<suite>.failed` suite that re-runs
+the failed expectations with sample rows named by the table's row id columns. Checkpoints
+carry an UpdateDataDocsAction when Data Docs are on.
 """
 
 from __future__ import annotations
