@@ -135,7 +135,7 @@ def audit_tables(
 
 
 @dataclass(frozen=True)
-class _Profile:
+class TableProfile:
     """What a run reports about a table, and a fingerprint of its rows as a multiset."""
 
     rows: int
@@ -143,7 +143,7 @@ class _Profile:
     kinds: dict[str, dict[str, int]]
 
 
-def _profile(df: DataFrame) -> _Profile:
+def profile_rows(df: DataFrame) -> TableProfile:
     """Rows per kind and cause, and (rows, sum of row hashes): one Spark job."""
     row_hash = F.xxhash64(*[F.col(c) for c in df.columns]).cast("decimal(38,0)")
     groups = (
@@ -154,15 +154,15 @@ def _profile(df: DataFrame) -> _Profile:
     kinds: dict[str, dict[str, int]] = {}
     for r in groups:
         kinds.setdefault(r["kind"], {})[r["cause"]] = int(r["n"])
-    return _Profile(sum(int(r["n"]) for r in groups), sum(int(r["h"]) for r in groups), kinds)
+    return TableProfile(sum(int(r["n"]) for r in groups), sum(int(r["h"]) for r in groups), kinds)
 
 
-def _write(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[_Profile, bool]:
+def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[TableProfile, bool]:
     """Overwrite the table unless it already holds the same rows; (profile, written)."""
     schema = A.AUDIT_TABLES[name]
-    new = _profile(df)
+    new = profile_rows(df)
     if table_exists(path):
-        old = _profile(io.read(path, schema))
+        old = profile_rows(io.read(path, schema))
         if (old.rows, old.fingerprint) == (new.rows, new.fingerprint):
             return new, False
     io.overwrite(df, path, schema)
@@ -209,7 +209,7 @@ def run_audit(
             t0 = time.monotonic()
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                profile, written = _write(io, df, table_path(root, name), name)
+                profile, written = write_if_changed(io, df, table_path(root, name), name)
                 rows = profile.rows
                 entry: dict[str, Any] = {"rows": rows, "written": written, "kinds": profile.kinds}
                 if name == "audit_lag":

@@ -76,7 +76,9 @@ def stored_copies(messages: DataFrame) -> DataFrame:
     """Copies of messages as producers sent them: one row per copy, replicas collapsed.
 
     Retry, dead-letter and schedule copies carry the same UNIQ_KEY by design (the broker
-    stores them on send-back or delay) and are left out: they are not resends.
+    stores them on send-back or delay) and are left out: they are not resends. So is a copy
+    that names another stored message as its origin (ORIGIN_MESSAGE_ID, which only the
+    send-back sets): a dead letter replayed into its original topic.
     """
     first_hand = messages.filter(
         ~F.col("is_retry")
@@ -84,6 +86,8 @@ def stored_copies(messages: DataFrame) -> DataFrame:
         & ~F.col("is_scheduled")
         & F.col("uniq_key").isNotNull()
         & F.col("queue_offset").isNotNull()
+        # origin_msg_id is ORIGIN_MESSAGE_ID where set, else UNIQ_KEY
+        & (F.col("origin_msg_id") == F.col("uniq_key"))
     )
     return first_hand.groupBy(*COPY, "topic", "queue_id", "queue_offset").agg(
         F.min("store_ts").alias("store_ts"),

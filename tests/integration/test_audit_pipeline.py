@@ -30,9 +30,10 @@ from broker_runtime.ledger.schema import Outcome
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
 from pipeline.audit_schemas import AUDIT_TABLES
-from pipeline.delta_io import DeltaIO
+from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest, table_path
+from pipeline.schemas import INGEST_CHECKPOINT
 from pipeline.spark_session import build_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -145,9 +146,23 @@ def _rows(spark: SparkSession, lake: Path, table: str, where: str) -> list[dict[
     return [r.asDict() for r in df.filter(where).collect()]
 
 
-def test_audit_finds_the_injected_faults(spark: SparkSession, lake: Path, tmp_path: Path) -> None:
-    summary = run_audit(lake, spark, as_of_ms=SNAPSHOT_2 + 1000, progress=False)
+def _versions(lake: Path) -> dict[str, int]:
+    return {name: len(history(table_path(lake, name))) for name in AUDIT_TABLES}
+
+
+@pytest.fixture(scope="module")
+def first_run(spark: SparkSession, lake: Path) -> dict[str, Any]:
+    return run_audit(lake, spark, progress=False)
+
+
+def test_audit_finds_the_injected_faults(
+    spark: SparkSession, lake: Path, first_run: dict[str, Any], tmp_path: Path
+) -> None:
+    summary = first_run
+    ingested = DeltaIO(spark).read(table_path(lake, "ingest_checkpoint"), INGEST_CHECKPOINT)
+    assert summary["as_of_ms"] == ingested.agg({"created_at": "max"}).first()[0]  # type: ignore[index]
     tables = summary["tables"]
+    assert all(t["written"] for t in tables.values())
     assert tables["audit_duplicates"]["kinds"] == {
         "stored_twice": {"producer_resend": 1},
         "delivered_twice": {"producer_resend": 1},
@@ -183,3 +198,13 @@ def test_audit_finds_the_injected_faults(spark: SparkSession, lake: Path, tmp_pa
     assert main(["pipeline", "dlq-report", "--lake", str(lake), "--out", str(tmp_path / "d")]) == 0
     lines = (tmp_path / "d" / "dead_letters.csv").read_text().splitlines()
     assert len(lines) == 2 and lines[1].startswith("g1,U2,TopicA,")
+
+
+def test_a_rerun_at_the_same_as_of_commits_nothing(
+    spark: SparkSession, lake: Path, first_run: dict[str, Any]
+) -> None:
+    before = _versions(lake)
+    again = run_audit(lake, spark, as_of_ms=first_run["as_of_ms"], progress=False)
+    assert not any(t["written"] for t in again["tables"].values())
+    assert again["tables"] == {n: t | {"written": False} for n, t in first_run["tables"].items()}
+    assert _versions(lake) == before

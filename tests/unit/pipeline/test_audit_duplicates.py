@@ -27,6 +27,8 @@ def _commitlog() -> list[dict[str, object]]:
             msg(2000, "K3", 0, broker_id=broker_id, topic="SCHEDULE_TOPIC_XXXX", is_scheduled=True),
             msg(2400, "K3", 0, broker_id=broker_id, topic="%DLQ%g1", is_dlq=True),
         ]
+    # K2's dead letter replayed into TopicA: a copy derived from a stored one, no resend
+    rows.append(msg(3200, "K2", 4, origin_msg_id="OFF00000800"))
     # K4 resent to another broker group
     rows += [msg(2800, "K4", 3), msg(0, "K4", 0, broker="broker-b", phys_offset=0)]
     return rows
