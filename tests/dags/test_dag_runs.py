@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import pytest
 
 from broker_runtime.common.message import UNIQ_KEY, Message
 from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff, StubRecord
-from tests.dags.conftest import AIRFLOW_WARNINGS
+from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.dags.traffic import copies_on_broker, make_dead_letters, replays_on_broker, send_messages
 from tests.integration.cluster_fixtures import Cluster, running_cluster
 
@@ -135,6 +137,23 @@ def test_mq_dlq_report_lists_every_dead_letter(site: Site, dagbag: Any) -> None:
     assert sorted(r["msg_id"] for r in rows) == sorted(site.dead)
     assert {r["group"] for r in rows} == {GROUP}
     assert Path(built["html"]).is_file()
+
+
+def test_mq_dlq_report_through_spark_submit(
+    site: Site, variables: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SparkSubmitOperator mode: `spark-submit dags/spark_app.py dlq-report ...`."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    variables(mqaudit_spark_submit="true", mqaudit_reports=site.root / "submitted")
+    monkeypatch.setenv("AIRFLOW_CONN_MQAUDIT_SPARK", '{"conn_type": "spark", "host": "local[2]"}')
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    bag = DagBag(dag_folder=str(DAGS))
+    state, tasks = run(bag, "mq_dlq_report")
+    assert state == "success", tasks
+    (csv_file,) = (site.root / "submitted" / "mq_dlq_report").glob("*/dead_letters.csv")
+    with open(csv_file, newline="") as f:
+        assert sorted(r["msg_id"] for r in csv.DictReader(f)) == sorted(site.dead)
 
 
 def test_mq_dlq_replay_dry_run_then_real_then_nothing_twice(site: Site, dagbag: Any) -> None:
