@@ -1,12 +1,14 @@
 """Airflow for the DAG tests: one AIRFLOW_HOME with a migrated SQLite db per test session.
 
-Airflow reads its settings when first imported, so they are set here, at collection, in a
-fresh temporary folder; nothing but Airflow reads these variables.
+Airflow reads its settings when first imported, so they are set here, at collection, for a
+temporary folder made (and removed) by the session's first DAG test; nothing but Airflow
+reads these variables.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +21,7 @@ import pytest
 from tests.conftest import REPO
 
 DAGS = REPO / "dags"
-HOME = Path(tempfile.mkdtemp(prefix="mqaudit-airflow-tests-"))
+HOME = Path(tempfile.gettempdir()) / f"mqaudit-airflow-tests-{os.getpid()}"
 os.environ["AIRFLOW_HOME"] = str(HOME)
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
@@ -38,8 +40,9 @@ AIRFLOW_WARNINGS = [
 
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
+def airflow_db() -> Iterator[Path]:
     """`airflow db migrate` once for the session (the DAG runs record into it)."""
+    HOME.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"],
         capture_output=True,
@@ -49,7 +52,8 @@ def airflow_db() -> Path:
     )
     if out.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-    return HOME
+    yield HOME
+    shutil.rmtree(HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
