@@ -13,6 +13,7 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_namesrv        | (cluster.json)     | name servers, host:port;host:port           |
 | mqaudit_ledger_url     | (SQLite in DIR)    | PostgreSQL URL of both ledgers              |
 | mqaudit_spark_master   | local[2]           | Spark master of in-process jobs             |
+| mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
 | mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_namesrv": "",
     "mqaudit_ledger_url": "",
     "mqaudit_spark_master": "local[2]",
+    "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
     "mqaudit_max_send_count": "16",
 }
@@ -82,6 +84,7 @@ class Settings:
     ledger_url: str | None
     spark_master: str
     max_send_count: int
+    spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
 
@@ -135,6 +138,12 @@ def load_settings() -> Settings:
         max_send = int(variable("mqaudit_max_send_count"))
     except ValueError as e:
         raise ValueError(f"Variable mqaudit_max_send_count must be an integer: {e}") from None
+    try:
+        spark_conf = json.loads(variable("mqaudit_spark_conf"))
+        if not isinstance(spark_conf, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise ValueError(f"Variable mqaudit_spark_conf must be a JSON object: {e}") from None
     return Settings(
         data_dir=data_dir,
         lake=Path(variable("mqaudit_lake")).expanduser().resolve(),
@@ -143,6 +152,7 @@ def load_settings() -> Settings:
         ledger_url=variable("mqaudit_ledger_url") or None,
         spark_master=variable("mqaudit_spark_master"),
         max_send_count=max_send,
+        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,
     )
@@ -152,7 +162,7 @@ def spark_session(settings: Settings) -> Any:
     """The task's Spark session (one per task process; tasks of `dags test` share it)."""
     from pipeline.spark_session import build_spark
 
-    return build_spark("mqaudit-airflow", settings.spark_master)
+    return build_spark("mqaudit-airflow", settings.spark_master, settings.spark_conf)
 
 
 def write_summary(settings: Settings, dag_id: str, run_key: str, summary: dict[str, Any]) -> Path:

@@ -30,6 +30,13 @@ from pipeline.demo_summary import build_summary, format_summary, pick_replay_gro
 
 DEFAULT_OUT = Path("demo-out")
 DEFAULT_MESSAGES = 2000
+# The demo's tables are small: few shuffle partitions and no code generation save more
+# than they cost (Spark's defaults are for big inputs).
+SMALL_DATA_SPARK = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+}
 _SHOWN = re.compile(r"^(ingest|audit|gate|replay|resend|dead-letter report|audit report): ")
 _TASK = re.compile(r"\[DAG TEST\] (starting|end) task task_id=(\w+)")
 
@@ -201,6 +208,7 @@ class Demo:
             AIRFLOW_VAR_MQAUDIT_LAKE=str(self.lake),
             AIRFLOW_VAR_MQAUDIT_REPORTS=str(self.reports),
             AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT="false",
+            AIRFLOW_VAR_MQAUDIT_SPARK_CONF=json.dumps(SMALL_DATA_SPARK),
             PYSPARK_PYTHON=sys.executable,
         )
         # The name servers come from OUT/cluster/cluster.json; an outer setting must not win.

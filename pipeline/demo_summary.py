@@ -79,6 +79,11 @@ def _found(report: dict[str, Any]) -> dict[str, int]:
     return {k: int(v) for k, v in found.items()}
 
 
+def _docs_index(reports: Path) -> str | None:
+    index = reports / "data-docs" / "index.html"
+    return str(index) if index.is_file() else None
+
+
 def build_summary(
     reports: Path,
     truth_path: Path,
@@ -133,7 +138,7 @@ def build_summary(
         "truth_check": check if truth else "no truth.json (no workload ran)",
         "reports": {
             "audit_report": built.get("html"),
-            "data_docs": built.get("data_docs"),
+            "data_docs": _docs_index(reports),
             "dlq_report": dlq.get("html"),
             "dlq_csv": dlq.get("csv"),
             "manual_handling": resend.get("manual_report", {}).get("csv"),
@@ -142,6 +147,14 @@ def build_summary(
         },
         "seconds": timings,
     }
+
+
+def _workload_line(w: dict[str, Any]) -> str:
+    if "scenarios" not in w:
+        return ", ".join(f"{k} {v}" for k, v in w.items()) or "none"
+    failed = w.get("failed") or []
+    text = f"{w.get('messages')} sent by the workload over {len(w['scenarios'])} scenarios"
+    return text + (f" ({len(failed)} failed: {failed})" if failed else "")
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -153,7 +166,7 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         "",
         "== mqaudit demo summary",
-        f"messages:       workload {kv(s['messages']['workload'])}; "
+        f"messages:       {_workload_line(s['messages']['workload'])}; "
         f"{s['messages']['stored_rows_ingested']} stored copies ingested",
         f"duplicates:     {kv(s['duplicates'])}",
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
