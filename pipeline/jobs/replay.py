@@ -129,21 +129,12 @@ def reconcile(entries: Sequence[LogEntry], client: BrokerClient, log: OutcomeLog
 
         found = client.find(e.topic, e.msg_id, ours)
         if found is not None:
-            reason = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
-            status, offset = Status.SENT, found.queue_offset
+            where = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
+            log.add(_entry(e, Status.SENT, where, found.queue_offset))
             counts["found_sent"] += 1
         else:
-            reason, status, offset = (
-                "not stored (checked after an interrupted run)",
-                Status.FAILED,
-                None,
-            )
+            log.add(_entry(e, Status.FAILED, "not stored (checked after an interrupted run)"))
             counts["not_stored"] += 1
-        log.add(
-            LogEntry(
-                e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms()
-            ).as_row()
-        )
     log.flush()
     return counts
 
