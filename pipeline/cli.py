@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES
@@ -32,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ingest.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ingest.set_defaults(func=cmd_ingest)
     add_audit_parsers(cmds)
+    from pipeline.remediation.cli import add_remediation_parsers
+
+    add_remediation_parsers(cmds)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -151,3 +155,21 @@ def cmd_dlq_report(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2))
     print(f"dead-letter report: {result['html']} (CSV {result['csv']})")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The pipeline commands without the rest of `mqaudit`: `python -m pipeline.cli ingest ...`
+    (and `python -m pipeline.jobs.<job> ...`), which is what spark-submit runs."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.cli")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["pipeline", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        code: int = args.func(args)
+    except ValueError as e:
+        print(f"pipeline: {e}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

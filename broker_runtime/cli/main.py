@@ -15,7 +15,6 @@ from broker_runtime.cli import (
     admin_cmd,
     cluster_cmd,
     consume_cmd,
-    demo_cmd,
     node_cmd,
     produce_cmd,
     store_cmd,
@@ -29,7 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqaudit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     store_cmd.add_parser(sub)
-    demo_cmd.add_parser(sub)
     node_cmd.add_parser(sub)
     cluster_cmd.add_parser(sub)
     produce_cmd.add_parser(sub)

@@ -22,7 +22,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.message import Message
 from broker_runtime.ledger.engine import chunks, open_ledger, run_tx
-from broker_runtime.ledger.schema import StubStatus, message_stub
+from broker_runtime.ledger.schema import StubStatus, message_body, message_stub
 
 
 class StubError(LookupError):
@@ -107,6 +107,9 @@ class ProducerLedger:
             dialect_insert(message_stub)
             .on_conflict_do_nothing(index_elements=["msg_id"])
             .returning(message_stub.c.msg_id)
+        )
+        self._keep_body = dialect_insert(message_body).on_conflict_do_nothing(
+            index_elements=["msg_id"]
         )
         self._confirm = (
             update(message_stub)
@@ -265,6 +268,32 @@ class ProducerLedger:
         unknown = run_tx(self.engine, work)
         if unknown:
             raise StubError("void", unknown)
+
+    def keep_bodies(self, msgs: Sequence[Message]) -> None:
+        """Keep the bodies of messages for their resends (a body kept before is left as is).
+
+        Call it with `record_before_send`; the resend job takes a body from here first.
+        """
+        if not msgs:
+            return
+        now = self.clock.now_ms()
+        rows = [
+            {"msg_id": StubRecord.of(m).msg_id, "body": m.body, "created_at": now} for m in msgs
+        ]
+        run_tx(self.engine, lambda conn: conn.execute(self._keep_body, rows))
+
+    def bodies(self, msg_ids: Sequence[str]) -> dict[str, bytes]:
+        """The kept bodies of these messages, by msg_id (those without one are left out)."""
+
+        def work(conn: Connection) -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for chunk in chunks(sorted(set(msg_ids))):
+                query = select(message_body.c.msg_id, message_body.c.body)
+                for msg_id, body in conn.execute(query.where(message_body.c.msg_id.in_(chunk))):
+                    out[msg_id] = bytes(body)
+            return out
+
+        return run_tx(self.engine, work) if msg_ids else {}
 
     def close(self) -> None:
         """Close the pooled connections (the engine can be used again afterwards)."""

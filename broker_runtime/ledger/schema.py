@@ -10,6 +10,7 @@ from sqlalchemy import (
     Column,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -64,6 +65,16 @@ message_stub = Table(
     Column("updated_at", BigInteger, nullable=False),
     _one_of("message_stub", "status", StubStatus),
     Index("ix_message_stub_status_resend", "status", "next_resend_at"),
+)
+
+# The bodies a producer keeps for resends (seed 002 6.2.1.1 "messageContent"; the stub holds
+# only their hash). Optional: without it only messages some broker stored can be resent.
+message_body = Table(
+    "message_body",
+    metadata,
+    Column("msg_id", Text, primary_key=True),  # UNIQ_KEY, as message_stub.msg_id
+    Column("body", LargeBinary, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
 )
 
 message_log = Table(

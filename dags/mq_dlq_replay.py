@@ -1,0 +1,110 @@
+"""mq_dlq_replay (Airflow DAG, manual): replay dead letters to their original topics, safely.
+
+Trigger with the Params below. A dry run (the default) logs the plan and sends nothing.
+A message is never replayed twice unless `force`; a failed run resumes where it stopped
+(run it again, or clear its tasks); every outcome is a row of LAKE/dlq_replay_log.
+Bad parameters fail the first task, before anything is read or sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from dags.settings import START, load_settings, spark_session, write_summary
+
+NAME = r"^[%|a-zA-Z0-9_-]{1,127}$"
+TIME = ["null", "integer", "string"]
+
+
+@dag(
+    dag_id="mq_dlq_replay",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,  # two replays at once could both send a message
+    tags=["mqaudit", "dlq"],
+    doc_md=__doc__,
+    params={
+        "group": Param(type="string", pattern=NAME, description="consumer group of the DLQ"),
+        "topic": Param(None, type=["null", "string"], description="only this original topic"),
+        "from_time": Param(None, type=TIME, description="dead-lettered at/after: ms or ISO"),
+        "to_time": Param(None, type=TIME, description="dead-lettered at/before: ms or ISO"),
+        "msg_ids": Param([], type="array", items={"type": "string"}, description="UNIQ_KEYs"),
+        "max_messages": Param(100, type="integer", minimum=1, maximum=100_000),
+        "messages_per_second": Param(50, type="number", exclusiveMinimum=0, maximum=10_000),
+        "dry_run": Param(True, type="boolean", description="log the plan, send nothing"),
+        "force": Param(False, type="boolean", description="send even if replayed before"),
+    },
+)
+def mq_dlq_replay() -> None:
+    @task
+    def check_params() -> dict[str, Any]:
+        """The request, checked; the replay id is stable across retries of this run."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from pipeline.remediation.replay_plan import replay_id_for
+        from pipeline.remediation.replay_request import parse_request
+
+        ctx = get_current_context()
+        try:
+            request = parse_request(dict(ctx["params"]))
+            if not request.dry_run:
+                load_settings().target()  # a real replay needs the cluster: say so now
+        except ValueError as e:
+            raise AirflowFailException(str(e)) from None
+        replay_id = replay_id_for(ctx["dag"].dag_id, ctx["run_id"])
+        print(f"{replay_id}: {request.describe()}")
+        return {"replay_id": replay_id, "request": request.to_dict()}
+
+    @task
+    def plan(checked: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.jobs.replay import plan_step
+        from pipeline.remediation.replay_request import ReplayRequest
+
+        s = load_settings()
+        request = ReplayRequest.from_dict(checked["request"])
+        target = None if request.dry_run else s.target()
+        return plan_step(
+            str(s.lake), request, checked["replay_id"], target=target, spark=spark_session(s)
+        )
+
+    @task
+    def send(checked: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.jobs.replay import send_step
+        from pipeline.remediation.replay_request import ReplayRequest
+
+        s = load_settings()
+        request = ReplayRequest.from_dict(checked["request"])
+        if request.dry_run:
+            return {"dry_run": True, "sent": 0}
+        # A retry, or a run whose plan was already logged: settle unlogged sends first.
+        resume = get_current_context()["ti"].try_number > 1 or not planned["new_plan"]
+        return send_step(
+            str(s.lake),
+            request,
+            checked["replay_id"],
+            s.target(),
+            resume=resume,
+            spark=spark_session(s),
+        )
+
+    @task
+    def summarize(checked: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.jobs.replay import replay_summary
+        from pipeline.remediation.replay_request import ReplayRequest
+
+        s = load_settings()
+        request = ReplayRequest.from_dict(checked["request"])
+        summary = replay_summary(str(s.lake), request, checked["replay_id"], spark=spark_session(s))
+        summary["send"] = sent
+        path = write_summary(s, "mq_dlq_replay", checked["replay_id"], summary)
+        print(f"replay {checked['replay_id']}: {summary['by_status']} -> {path}")
+        return summary
+
+    checked = check_params()
+    summarize(checked, send(checked, plan(checked)))
+
+
+mq_dlq_replay()

@@ -1,0 +1,63 @@
+"""mq_dlq_report (Airflow DAG, daily): the dead-letter report.
+
+From the last audit's `audit_dead_letters`: every dead letter per group with its retry
+chain, age and whether it was replayed, as HTML and CSV under REPORTS/mq_dlq_report/<day>/.
+Replay them with the manual DAG mq_dlq_replay.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import dag, get_current_context, task
+from airflow.timetables.trigger import CronTriggerTimetable
+
+from dags.settings import (
+    INTERVAL_TEMPLATE,
+    START,
+    interval_key,
+    load_settings,
+    spark_session,
+    spark_submit_enabled,
+    submitted,
+    var_template,
+    write_summary,
+)
+
+DAG_ID = "mq_dlq_report"
+
+
+@dag(
+    dag_id=DAG_ID,
+    schedule=CronTriggerTimetable("0 6 * * *", timezone="UTC", interval=timedelta(days=1)),
+    start_date=START,
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    tags=["mqaudit", "dlq"],
+    doc_md=__doc__,
+)
+def mq_dlq_report() -> None:
+    if spark_submit_enabled():
+        out = var_template("mqaudit_reports") + f"/{DAG_ID}/{INTERVAL_TEMPLATE}"
+        submitted(
+            "dlq_report", ["dlq-report", "--lake", var_template("mqaudit_lake"), "--out", out]
+        )
+        return
+
+    @task
+    def dlq_report() -> dict[str, Any]:
+        from pipeline.reports.dlq_report import build_dlq_report
+
+        s = load_settings()
+        key = interval_key(get_current_context())
+        built = build_dlq_report(s.lake, s.reports / DAG_ID / key, spark=spark_session(s))
+        path = write_summary(s, DAG_ID, key, {"interval_end": key, "report": built})
+        print(f"dead-letter report: {built.get('html')} (CSV {built.get('csv')}); {path}")
+        return {"summary": str(path), "report": built}
+
+    dlq_report()
+
+
+mq_dlq_report()

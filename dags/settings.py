@@ -1,0 +1,211 @@
+"""Where the mqaudit DAGs find the cluster, the lake and Spark.
+
+Each setting is an Airflow Variable (also settable as env AIRFLOW_VAR_<NAME>) with an
+embedded default. The broker's name servers and ACL keys may instead come from the Airflow
+Connection `mqaudit_broker` (host:port of a name server, or extra {"namesrv": "h:p;h:p"};
+login/password = access/secret key); without either, the data dir's cluster.json says.
+
+| Variable               | default            | meaning                                     |
+|------------------------|--------------------|---------------------------------------------|
+| mqaudit_data_dir       | ~/mqaudit/data     | the cluster's data dir (broker files, ledger)|
+| mqaudit_lake           | ~/mqaudit/lake     | Delta tables at LAKE/<table>                |
+| mqaudit_reports        | ~/mqaudit/reports  | reports, Data Docs and run summaries        |
+| mqaudit_namesrv        | (cluster.json)     | name servers, host:port;host:port           |
+| mqaudit_ledger_url     | (SQLite in DIR)    | PostgreSQL URL of both ledgers              |
+| mqaudit_spark_master   | local[2]           | Spark master of in-process jobs             |
+| mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
+| mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
+| mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
+
+`mqaudit_spark_submit` is read when the DAG files are parsed (it changes the tasks); the
+submitted jobs use the Connection `mqaudit_spark` (a spark:// master, see the provider).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pendulum
+
+BROKER_CONN = "mqaudit_broker"
+SPARK_CONN = "mqaudit_spark"
+START = pendulum.datetime(2024, 1, 1, tz="UTC")  # static: runs are never backfilled
+DEFAULTS: dict[str, str] = {
+    "mqaudit_data_dir": "~/mqaudit/data",
+    "mqaudit_lake": "~/mqaudit/lake",
+    "mqaudit_reports": "~/mqaudit/reports",
+    "mqaudit_namesrv": "",
+    "mqaudit_ledger_url": "",
+    "mqaudit_spark_master": "local[2]",
+    "mqaudit_spark_conf": "{}",
+    "mqaudit_spark_submit": "false",
+    "mqaudit_max_send_count": "16",
+}
+
+
+def variable(name: str) -> str:
+    """The Variable's value, else its embedded default (env AIRFLOW_VAR_* counts as set)."""
+    from airflow.sdk import Variable
+
+    value = Variable.get(name, default=None)
+    return DEFAULTS[name] if value is None or str(value).strip() == "" else str(value).strip()
+
+
+def spark_submit_enabled() -> bool:
+    """Parse time: whether Spark steps are submitted (env first: no metadata DB needed)."""
+    raw = os.environ.get("AIRFLOW_VAR_" + "mqaudit_spark_submit".upper())
+    if raw is None:
+        try:
+            raw = variable("mqaudit_spark_submit")
+        except Exception:  # no Variable backend while parsing (a bare DagBag): the default
+            raw = DEFAULTS["mqaudit_spark_submit"]
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _broker_connection() -> Any | None:
+    from airflow.sdk import BaseHook
+
+    try:
+        return BaseHook.get_connection(BROKER_CONN)
+    except Exception:  # AirflowNotFoundException: the Connection is optional
+        return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    lake: Path
+    reports: Path
+    namesrv: str | None
+    ledger_url: str | None
+    spark_master: str
+    max_send_count: int
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    access_key: str | None = None
+    secret_key: str | None = None
+
+    def target(self) -> Any:
+        """The BrokerTarget of the remediation jobs; ValueError if no name server is known."""
+        from pipeline.remediation.sender import BrokerTarget
+
+        if not self.namesrv:
+            raise ValueError(
+                f"no name server: set the Variable mqaudit_namesrv, the Connection {BROKER_CONN},"
+                f" or start a cluster in {self.data_dir} (its cluster.json)"
+            )
+        return BrokerTarget(self.namesrv, self.access_key, self.secret_key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "data_dir": str(self.data_dir),
+            "lake": str(self.lake),
+            "reports": str(self.reports),
+            "namesrv": self.namesrv,
+            "ledger_url": "(set)" if self.ledger_url else None,
+            "spark_master": self.spark_master,
+            "max_send_count": self.max_send_count,
+            "acl": self.access_key is not None,
+        }
+
+
+def _namesrv(data_dir: Path, conn: Any | None) -> str | None:
+    explicit = variable("mqaudit_namesrv")
+    if explicit:
+        return explicit
+    if conn is not None:
+        extra = json.loads(conn.extra or "{}") if isinstance(conn.extra, str) else {}
+        if extra.get("namesrv"):
+            return str(extra["namesrv"])
+        if conn.host:
+            return f"{conn.host}:{conn.port or 9876}"
+    from broker_runtime.cli.client_args import namesrv_of_data_dir
+
+    try:
+        return namesrv_of_data_dir(data_dir)
+    except ValueError:
+        return None
+
+
+def load_settings() -> Settings:
+    """Inside a task: every setting resolved (Variables, Connection, defaults)."""
+    data_dir = Path(variable("mqaudit_data_dir")).expanduser().resolve()
+    conn = _broker_connection()
+    try:
+        max_send = int(variable("mqaudit_max_send_count"))
+    except ValueError as e:
+        raise ValueError(f"Variable mqaudit_max_send_count must be an integer: {e}") from None
+    try:
+        spark_conf = json.loads(variable("mqaudit_spark_conf"))
+        if not isinstance(spark_conf, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise ValueError(f"Variable mqaudit_spark_conf must be a JSON object: {e}") from None
+    return Settings(
+        data_dir=data_dir,
+        lake=Path(variable("mqaudit_lake")).expanduser().resolve(),
+        reports=Path(variable("mqaudit_reports")).expanduser().resolve(),
+        namesrv=_namesrv(data_dir, conn),
+        ledger_url=variable("mqaudit_ledger_url") or None,
+        spark_master=variable("mqaudit_spark_master"),
+        max_send_count=max_send,
+        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        access_key=(conn.login or None) if conn is not None else None,
+        secret_key=(conn.password or None) if conn is not None else None,
+    )
+
+
+def spark_session(settings: Settings) -> Any:
+    """The task's Spark session (one per task process; tasks of `dags test` share it)."""
+    from pipeline.spark_session import build_spark
+
+    return build_spark("mqaudit-airflow", settings.spark_master, settings.spark_conf)
+
+
+def write_summary(settings: Settings, dag_id: str, run_key: str, summary: dict[str, Any]) -> Path:
+    """REPORTS/<dag_id>/<run_key>/summary.json (the demo and people read it)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_key)
+    out = settings.reports / dag_id / safe / "summary.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2, default=str))
+    latest = settings.reports / dag_id / "latest.json"
+    latest.write_text(json.dumps({"run": safe, "summary": str(out)}, indent=2))
+    return out
+
+
+def var_template(name: str) -> str:
+    """A Jinja reference to the Variable with its default (for templated operator fields)."""
+    return "{{ var.value.get('" + name + "', '" + DEFAULTS[name] + "') }}"
+
+
+AS_OF_TEMPLATE = "{{ (data_interval_end.timestamp() * 1000) | int }}"
+INTERVAL_TEMPLATE = "{{ data_interval_end.strftime('%Y%m%dT%H%M%SZ') }}"
+
+
+def submitted(task_id: str, args: list[str]) -> Any:
+    """A SparkSubmitOperator running `spark_app.py <args>` on the Connection mqaudit_spark."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(Path(__file__).with_name("spark_app.py")),
+        application_args=args,
+        conn_id=SPARK_CONN,
+        name=f"mqaudit-{task_id}",
+        conf={"spark.sql.session.timeZone": "UTC"},
+    )
+
+
+def interval_key(ctx: Any) -> str:
+    """The run's data interval end as a folder name (reports are per interval)."""
+    end = ctx["data_interval_end"] or ctx["logical_date"]
+    return str(end.strftime("%Y%m%dT%H%M%SZ"))
+
+
+def as_of_ms(ctx: Any) -> int:
+    """The run's time: its data interval end (never the wall clock)."""
+    end = ctx["data_interval_end"] or ctx["logical_date"]
+    return int(end.timestamp() * 1000)

@@ -1,0 +1,307 @@
+"""`mqaudit demo`: the product's main job, end to end on this machine.
+
+Starts a cluster under OUT, runs the fault workload (every scenario), then the DAGs through
+Airflow (`airflow dags test` on a SQLite metadata database under OUT/airflow): mq_audit,
+mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay; prints a short summary
+(also OUT/summary.json) and where the reports are, and stops the cluster, also on failure.
+
+    OUT/cluster  the cluster's data dir (brokers, name servers, ledgers)
+    OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
+    OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from pipeline.demo_summary import build_summary, format_summary, pick_replay_group
+
+DEFAULT_OUT = Path("demo-out")
+DEFAULT_MESSAGES = 2000
+# The demo's tables are small: few shuffle partitions and no code generation save more
+# than they cost (Spark's defaults are for big inputs).
+SMALL_DATA_SPARK = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+}
+_SHOWN = re.compile(r"^(ingest|audit|gate|replay|resend|dead-letter report|audit report): ")
+_TASK = re.compile(r"\[DAG TEST\] (starting|end) task task_id=(\w+)")
+
+
+class DemoError(RuntimeError):
+    """A step failed; the message says which and where its log is."""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="the main job: cluster, fault workload, audit DAGs, resend, DLQ report and replay",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default ./demo-out")
+    demo.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="workload size")
+    demo.add_argument("--seed", type=int, default=7, help="workload seed")
+    demo.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.messages <= 0:
+        raise ValueError(f"--messages must be positive, got {args.messages}")
+    demo = Demo(args.out, args.messages, args.seed)
+    try:
+        summary = demo.run()
+    except DemoError as e:
+        print(f"mqaudit demo: FAILED: {e}", file=sys.stderr)
+        return 1
+    print(format_summary(summary))
+    return 0
+
+
+def _product(*args: str) -> list[str]:
+    return [sys.executable, "-m", "broker_runtime.cli.main", *args]
+
+
+def has_command(name: str) -> bool:
+    """Whether this build's `mqaudit` has the subcommand `name`."""
+    from broker_runtime.cli.main import build_parser
+
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return name in action.choices
+    return False
+
+
+class Demo:
+    def __init__(
+        self,
+        out: Path,
+        messages: int = DEFAULT_MESSAGES,
+        seed: int = 7,
+        console: TextIO | None = None,
+    ) -> None:
+        self.out = out.resolve()
+        self.messages = messages
+        self.seed = seed
+        self.console = console or sys.stderr
+        self.data_dir = self.out / "cluster"
+        self.lake = self.out / "lake"
+        self.reports = self.out / "reports"
+        self.airflow_home = self.out / "airflow"
+        self.logs = self.out / "logs"
+        self.truth = self.out / "truth.json"
+        self.timings: dict[str, float] = {}
+        self.started = time.monotonic()
+
+    # -- output -----------------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {line}", file=self.console, flush=True)
+
+    def step(self, name: str, work: Callable[[], Any]) -> Any:
+        self.say(f"== {name}")
+        t0 = time.monotonic()
+        try:
+            result = work()
+        except BaseException:
+            self.timings[name] = round(time.monotonic() - t0, 1)
+            self.say(f"   {name}: FAILED after {self.timings[name]} s")
+            raise
+        self.timings[name] = round(time.monotonic() - t0, 1)
+        self.say(f"   {name}: {self.timings[name]} s")
+        return result
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self, traffic: Callable[[Demo], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Every step; `traffic` replaces the workload (tests make their own traffic)."""
+        self.prepare()
+        migrate: subprocess.Popen[bytes] | None = None
+        try:
+            migrate = self.start_migrate()
+            self.step("cluster up", self.cluster_up)
+            workload = self.step("workload", lambda: (traffic or Demo.workload)(self))
+            self.step("airflow db", lambda: self.wait_migrate(migrate))
+            self.step("mq_audit", lambda: self.dag_test("mq_audit"))
+            self.step("mq_retry_resend", lambda: self.dag_test("mq_retry_resend"))
+            self.step("mq_dlq_report", lambda: self.dag_test("mq_dlq_report"))
+            group = pick_replay_group(self.reports, self.truth)
+            if group is None:
+                self.say("   no dead letters: nothing to replay")
+            else:
+                conf = {"group": group, "from_time": 0, "max_messages": 1000}
+                conf["messages_per_second"] = 200
+                dry = {**conf, "dry_run": True}
+                self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
+                real = {**conf, "dry_run": False}
+                self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+        finally:
+            if migrate is not None and migrate.poll() is None:
+                migrate.kill()
+                migrate.wait()
+            self.step("cluster down", self.cluster_down)
+        self.timings["total"] = round(time.monotonic() - self.started, 1)
+        summary = build_summary(self.reports, self.truth, workload, self.timings, self.out)
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        return summary
+
+    def prepare(self) -> None:
+        """A fresh run: an old cluster stopped, the demo's own folders emptied."""
+        if (self.data_dir / "cluster.json").exists():
+            self.cluster_down()
+        for d in (self.data_dir, self.lake, self.reports, self.airflow_home, self.logs):
+            shutil.rmtree(d, ignore_errors=True)
+        for f in (self.truth, self.out / "summary.json"):
+            f.unlink(missing_ok=True)
+        self.logs.mkdir(parents=True)
+        self.airflow_home.mkdir(parents=True)
+        self.say(f"demo in {self.out} ({self.messages} messages, seed {self.seed})")
+
+    # -- the cluster ------------------------------------------------------------------------
+    def cluster_up(self) -> None:
+        self.run_logged(
+            "cluster-up", _product("cluster", "up", "--data-dir", str(self.data_dir), "--detach")
+        )
+
+    def cluster_down(self) -> None:
+        if (self.data_dir / "cluster.json").exists():
+            self.run_logged(
+                "cluster-down", _product("cluster", "down", "--data-dir", str(self.data_dir))
+            )
+
+    def workload(self) -> dict[str, Any]:
+        if not has_command("workload"):
+            raise DemoError(
+                "workload: this build has no `mqaudit workload` command (the fault workload of "
+                "issue 4 has not landed), so there is no traffic with known faults to audit"
+            )
+        argv = _product(
+            "workload", "--data-dir", str(self.data_dir), "--messages", str(self.messages),
+            "--scenario", "all", "--truth", str(self.truth), "--seed", str(self.seed),
+        )  # fmt: skip
+        out = self.run_logged("workload", argv, show_all=True, stdout=True)
+        return last_json(out)
+
+    # -- Airflow ----------------------------------------------------------------------------
+    def airflow_env(self) -> dict[str, str]:
+        import dags
+
+        env = dict(os.environ)
+        env.update(
+            AIRFLOW_HOME=str(self.airflow_home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(Path(dags.__file__).parent),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.airflow_home / 'airflow.db'}",
+            AIRFLOW_VAR_MQAUDIT_DATA_DIR=str(self.data_dir),
+            AIRFLOW_VAR_MQAUDIT_LAKE=str(self.lake),
+            AIRFLOW_VAR_MQAUDIT_REPORTS=str(self.reports),
+            AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT="false",
+            AIRFLOW_VAR_MQAUDIT_SPARK_CONF=json.dumps(SMALL_DATA_SPARK),
+            PYSPARK_PYTHON=sys.executable,
+        )
+        # The name servers come from OUT/cluster/cluster.json; an outer setting must not win.
+        env.pop("AIRFLOW_VAR_MQAUDIT_NAMESRV", None)
+        env.pop("AIRFLOW_VAR_MQAUDIT_LEDGER_URL", None)
+        env.pop("AIRFLOW_CONN_MQAUDIT_BROKER", None)
+        return env
+
+    def start_migrate(self) -> subprocess.Popen[bytes]:
+        """`airflow db migrate` in the background: it runs while the cluster and workload do."""
+        argv = [sys.executable, "-m", "airflow", "db", "migrate"]
+        with open(self.logs / "airflow-db-migrate.log", "wb") as log:  # the child keeps its copy
+            return subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=self.airflow_env()
+            )
+
+    def wait_migrate(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.wait() != 0:
+            log = self.logs / "airflow-db-migrate.log"
+            raise DemoError(
+                f"airflow db migrate failed (exit {proc.returncode}); see {log}:\n{tail(log)}"
+            )
+
+    def dag_test(self, dag_id: str, conf: dict[str, Any] | None = None) -> None:
+        # Whole seconds, rounded up: the run's interval ends after everything sent so far.
+        when = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).replace(microsecond=0)
+        when_iso = when.isoformat()
+        argv = [sys.executable, "-m", "airflow", "dags", "test", dag_id, when_iso]
+        if conf is not None:
+            argv += ["-c", json.dumps(conf)]
+        name = dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run"
+        self.run_logged(name, argv, env=self.airflow_env())
+
+    # -- processes --------------------------------------------------------------------------
+    def run_logged(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        show_all: bool = False,
+        stdout: bool = False,
+    ) -> str:
+        """Run `argv` with its output in OUT/logs/<name>.log, showing progress lines as they
+        come (task starts and ends, the jobs' own lines; every line with `show_all`).
+        With `stdout` its standard output goes to <name>.stdout and is returned."""
+        log_path = self.logs / f"{name}.log"
+        out_path = self.logs / f"{name}.stdout"
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(open(log_path, "wb"))
+            out = files.enter_context(open(out_path, "wb")) if stdout else log
+            proc = subprocess.Popen(argv, stdout=out, stderr=log, env=env)
+        seen, last_beat = 0, time.monotonic()
+        while (code := proc.poll()) is None:
+            seen = self._show(log_path, seen, show_all)
+            if time.monotonic() - last_beat >= 20:
+                last_beat = time.monotonic()
+                self.say(f"   {name}: still running")
+            time.sleep(0.5)
+        self._show(log_path, seen, show_all)
+        if code != 0:
+            raise DemoError(f"{name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
+        return out_path.read_text(errors="replace") if stdout else ""
+
+    def _show(self, path: Path, start: int, show_all: bool) -> int:
+        """Print the new complete lines of `path` worth showing; the offset read up to."""
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+            f.seek(start)
+            data = f.read()
+            end = data.rfind(b"\n") + 1
+            for raw in data[:end].decode(errors="replace").splitlines():
+                line = raw.rstrip()
+                task = _TASK.search(line)
+                if task is not None:
+                    state = "started" if task.group(1) == "starting" else "done"
+                    self.say(f"   task {task.group(2)} {state}")
+                elif show_all or _SHOWN.match(line):
+                    self.say(f"   {line[:200]}")
+            return start + end
+        return start
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    with contextlib.suppress(FileNotFoundError):
+        text = path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:]) + "\n"
+    return ""
+
+
+def last_json(text: str) -> dict[str, Any]:
+    """The last line of `text` that is a JSON object ({} if none)."""
+    for line in reversed(text.strip().splitlines()):
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    return {}

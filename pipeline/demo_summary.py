@@ -1,0 +1,195 @@
+"""The demo's summary, from what the DAG runs wrote under REPORTS (pure over those files).
+
+Each DAG task writes REPORTS/<dag_id>/<run>/summary.json and REPORTS/<dag_id>/latest.json;
+the workload writes truth.json. Found findings are counted by kind and held against the
+truth's counts (a count check; the audits' tests check every message id).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+TRUTH_KINDS = ("stored_twice", "delivered_twice", "lost_after_ack", "dead_lettered")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def latest(reports: Path, dag_id: str) -> dict[str, Any]:
+    """The summary.json of the DAG's last run ({} if it never ran)."""
+    pointer = _load(reports / dag_id / "latest.json")
+    return _load(Path(pointer["summary"])) if "summary" in pointer else {}
+
+
+def replays(reports: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The newest dry-run and real replay summaries."""
+    runs = sorted(
+        (reports / "mq_dlq_replay").glob("*/summary.json"), key=lambda p: p.stat().st_mtime
+    )
+    dry: dict[str, Any] = {}
+    real: dict[str, Any] = {}
+    for path in runs:
+        doc = _load(path)
+        if doc.get("request", {}).get("dry_run"):
+            dry = doc
+        elif doc:
+            real = doc
+    return dry, real
+
+
+def truth_counts(truth: dict[str, Any]) -> dict[str, int]:
+    """Findings per kind over every scenario of truth.json."""
+    counts: Counter[str] = Counter()
+    for scenario in truth.get("scenarios", {}).values():
+        for finding in scenario.get("findings", []):
+            counts[finding["kind"]] += 1
+    return dict(counts)
+
+
+def pick_replay_group(reports: Path, truth_path: Path) -> str | None:
+    """The group with the most dead letters: from the DLQ report's CSV, else the truth."""
+    built = latest(reports, "mq_dlq_report").get("report", {})
+    groups: Counter[str] = Counter()
+    if built.get("csv"):
+        try:
+            with open(built["csv"], newline="") as f:
+                groups.update(row["group"] for row in csv.DictReader(f) if row.get("group"))
+        except FileNotFoundError:
+            pass
+    if not groups:
+        for scenario in _load(truth_path).get("scenarios", {}).values():
+            for finding in scenario.get("findings", []):
+                if finding.get("kind") == "dead_lettered" and finding.get("group"):
+                    groups[finding["group"]] += 1
+    return groups.most_common(1)[0][0] if groups else None
+
+
+def _found(report: dict[str, Any]) -> dict[str, int]:
+    found = {**report.get("duplicates", {}), **report.get("losses", {})}
+    found["dead_lettered"] = int(report.get("dead_letters", 0))
+    return {k: int(v) for k, v in found.items()}
+
+
+def _docs_index(reports: Path) -> str | None:
+    index = reports / "data-docs" / "index.html"
+    return str(index) if index.is_file() else None
+
+
+def build_summary(
+    reports: Path,
+    truth_path: Path,
+    workload: dict[str, Any] | None,
+    timings: dict[str, float],
+    out: Path,
+) -> dict[str, Any]:
+    audit = latest(reports, "mq_audit")
+    built = audit.get("report", {})
+    found = built.get("summary", {})
+    resend = latest(reports, "mq_retry_resend")
+    dlq = latest(reports, "mq_dlq_report").get("report", {})
+    dry, real = replays(reports)
+    truth = _load(truth_path)
+    expected = truth_counts(truth)
+    got = _found(found)
+    kinds = sorted(set(expected) | {k for k in TRUTH_KINDS if k in got or k in expected})
+    check = {k: {"truth": expected.get(k, 0), "found": got.get(k, 0)} for k in kinds}
+    for row in check.values():
+        row["match"] = row["truth"] == row["found"]
+    gates = audit.get("audit_gates", {}).get("tables", {})
+    return {
+        "out": str(out),
+        "messages": {
+            "workload": workload or {},
+            "stored_rows_ingested": audit.get("ingest", {}).get("messages"),
+        },
+        "duplicates": found.get("duplicates", {}),
+        "duplicates_by_cause": found.get("duplicate_causes", {}),
+        "losses": found.get("losses", {}),
+        "lag": {
+            "status": found.get("lag_status", {}),
+            "max_messages": found.get("lag_max_messages"),
+            "max_ms": found.get("lag_max_ms"),
+        },
+        "dead_letters": {
+            "total": found.get("dead_letters"),
+            "waiting": found.get("dead_letters_waiting"),
+        },
+        "resends": {
+            "candidates": resend.get("candidates"),
+            "counts": resend.get("counts", {}),
+            "manual_handling": len(resend.get("manual", [])),
+        },
+        "replays": {
+            "group": (real or dry).get("request", {}).get("group"),
+            "dry_run": dry.get("by_status", {}),
+            "real": real.get("by_status", {}),
+        },
+        "problems": found.get("problems", []),
+        "audit_gates": {t: g.get("success") for t, g in gates.items()},
+        "truth_check": check if truth else "no truth.json (no workload ran)",
+        "reports": {
+            "audit_report": built.get("html"),
+            "data_docs": _docs_index(reports),
+            "dlq_report": dlq.get("html"),
+            "dlq_csv": dlq.get("csv"),
+            "manual_handling": resend.get("manual_report", {}).get("csv"),
+            "replays": str(reports / "mq_dlq_replay"),
+            "summary": str(out / "summary.json"),
+        },
+        "seconds": timings,
+    }
+
+
+def _workload_line(w: dict[str, Any]) -> str:
+    if "scenarios" not in w:
+        return ", ".join(f"{k} {v}" for k, v in w.items()) or "none"
+    failed = w.get("failed") or []
+    text = f"{w.get('messages')} sent by the workload over {len(w['scenarios'])} scenarios"
+    return text + (f" ({len(failed)} failed: {failed})" if failed else "")
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as a person reads it at the end of the demo."""
+
+    def kv(d: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+
+    lines = [
+        "",
+        "== mqaudit demo summary",
+        f"messages:       {_workload_line(s['messages']['workload'])}; "
+        f"{s['messages']['stored_rows_ingested']} stored copies ingested",
+        f"duplicates:     {kv(s['duplicates'])}",
+        f"  by cause:     {kv(s['duplicates_by_cause'])}",
+        f"losses:         {kv(s['losses'])}",
+        f"lag:            {kv(s['lag']['status'])} (max {s['lag']['max_messages']} messages)",
+        f"dead letters:   {s['dead_letters']['total']} ({s['dead_letters']['waiting']} waiting)",
+        f"resends:        {kv(s['resends']['counts'])}; "
+        f"{s['resends']['manual_handling']} to manual handling",
+        f"replays ({s['replays']['group']}): dry run {kv(s['replays']['dry_run'])}; "
+        f"real {kv(s['replays']['real'])}",
+    ]
+    if s["problems"]:
+        lines.append(f"problems:       {'; '.join(s['problems'])}")
+    check = s["truth_check"]
+    if isinstance(check, dict):
+        shown = [
+            f"{k} {v['found']}/{v['truth']}" + ("" if v["match"] else " MISMATCH")
+            for k, v in check.items()
+        ]
+        lines.append("ground truth:   " + ", ".join(shown) + " (found/truth)")
+    else:
+        lines.append(f"ground truth:   {check}")
+    lines.append("reports:")
+    lines += [f"  {k:16} {v}" for k, v in s["reports"].items() if v]
+    lines.append("seconds:        " + kv(s["seconds"]))
+    return "\n".join(lines)

@@ -1,0 +1,340 @@
+"""The DLQ replay job: dead letters from the lake back to their original topics, safely.
+
+Three steps, run by the replay DAG as tasks or by `mqaudit pipeline replay` in one go:
+`plan_step` (match dead letters, settle earlier runs' unknown outcomes against the broker,
+log the plan), `send_step` (send what the plan still has pending at the asked rate, log each
+outcome; on resume settle this replay's own unknown outcomes first) and `replay_summary`.
+Every event lands in the Delta table `dlq_replay_log` (see pipeline.remediation.replay_plan).
+Runnable as `python -m pipeline.jobs.replay ...` (spark-submit) with the CLI's options.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from broker_runtime.client.model import MQClientError, ReceivedMessage
+from broker_runtime.remoting.connection import RemotingError
+from pipeline import schemas as S
+from pipeline.delta_io import DeltaIO
+from pipeline.jobs.ingest import table_path
+from pipeline.remediation.outcome_log import OutcomeLog
+from pipeline.remediation.reasons import failure_reason, outcome_unknown
+from pipeline.remediation.replay_plan import (
+    REPLAY_ID_PROPERTY,
+    DeadLetter,
+    LogEntry,
+    Status,
+    in_doubt,
+    latest,
+    pending,
+    plan_replay,
+    replay_message,
+)
+from pipeline.remediation.replay_request import ReplayRequest
+from pipeline.remediation.sender import BrokerClient, BrokerTarget, Pacer
+from pipeline.remediation.tables import DLQ_REPLAY_LOG, REPLAY_LOG_TABLE
+from pipeline.spark_session import apply_sql_conf, build_spark
+
+MAX_UNKNOWN_IN_A_ROW = 5  # sends of unknown outcome in a row: the broker is away, stop
+
+
+class ReplayInterrupted(RuntimeError):
+    """The send step stopped early; what it did is logged and a new attempt resumes it."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _say(message: str, enabled: bool = True) -> None:
+    if enabled:
+        print(f"replay: {message}", file=sys.stderr, flush=True)
+
+
+def _session(spark: SparkSession | None, master: str | None) -> SparkSession:
+    spark = spark or build_spark("mqaudit-replay", master)
+    apply_sql_conf(spark)
+    return spark
+
+
+# -- reading the lake ---------------------------------------------------------------------
+
+
+def dead_letters_df(
+    io: DeltaIO,
+    lake: str,
+    request: ReplayRequest,
+    ids: Sequence[str] | None = None,
+    with_body: bool = False,
+) -> DataFrame:
+    """Per message, the earliest DLQ copy the group's dead-letter queue holds (replicas and
+    repeated dead-lettering collapsed), filtered by the request (or only by `ids`)."""
+    m = io.read(table_path(lake, "messages"), S.MESSAGES)
+    cond = F.col("is_dlq") & ~F.col("is_scheduled") & (F.col("consumer_group") == request.group)
+    if ids is None:
+        if request.topic is not None:
+            cond &= F.col("original_topic") == request.topic
+        if request.from_ms is not None:
+            cond &= F.col("store_ts") >= request.from_ms
+        if request.to_ms is not None:
+            cond &= F.col("store_ts") <= request.to_ms
+    key = F.coalesce(F.col("uniq_key"), F.col("origin_msg_id"), F.col("msg_id"))
+    m = m.filter(cond).withColumn("_key", key)
+    wanted = list(ids) if ids is not None else list(request.msg_ids)
+    if wanted:
+        m = m.filter(F.col("_key").isin(wanted))
+    extra = ["body", "properties"] if with_body else []
+    cols = ["original_topic", "msg_id", "store_ts", *extra]
+    order = F.struct("store_ts", "broker_id", "broker", "phys_offset")
+    first = m.groupBy("_key").agg(F.min_by(F.struct(*cols), order).alias("d"))
+    return first.select(
+        F.col("_key").alias("msg_id"),
+        F.col("d.original_topic").alias("topic"),
+        F.col("d.msg_id").alias("dlq_msg_id"),
+        F.col("d.store_ts").alias("store_ts"),
+        *[F.col(f"d.{c}").alias(c) for c in extra],
+    )
+
+
+def read_log(io: DeltaIO, lake: str, group: str) -> list[LogEntry]:
+    df = io.read(table_path(lake, REPLAY_LOG_TABLE), DLQ_REPLAY_LOG)
+    return [LogEntry.of(r.asDict()) for r in df.filter(F.col("group") == group).collect()]
+
+
+def _outcome_log(spark: SparkSession, io: DeltaIO, lake: str) -> OutcomeLog:
+    path = table_path(lake, REPLAY_LOG_TABLE)
+    io.ensure_table(path, DLQ_REPLAY_LOG)
+    return OutcomeLog(spark, io, path, DLQ_REPLAY_LOG)
+
+
+# -- settling unknown outcomes --------------------------------------------------------------
+
+
+def reconcile(entries: Sequence[LogEntry], client: BrokerClient, log: OutcomeLog) -> dict[str, int]:
+    """Look each in-doubt entry up on the broker (UNIQ_KEY + the entry's replay id) and log
+    what is true: `sent` with its offset, or `failed` as not stored."""
+    counts = {"found_sent": 0, "not_stored": 0}
+    for e in entries:
+        if e.topic is None:
+            continue
+
+        def ours(m: ReceivedMessage, rid: str = e.replay_id) -> bool:
+            return m.properties.get(REPLAY_ID_PROPERTY) == rid
+
+        found = client.find(e.topic, e.msg_id, ours)
+        if found is not None:
+            where = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
+            log.add(_entry(e, Status.SENT, where, found.queue_offset))
+            counts["found_sent"] += 1
+        else:
+            log.add(_entry(e, Status.FAILED, "not stored (checked after an interrupted run)"))
+            counts["not_stored"] += 1
+    log.flush()
+    return counts
+
+
+# -- the steps ----------------------------------------------------------------------------
+
+
+def plan_step(
+    lake: str,
+    request: ReplayRequest,
+    replay_id: str,
+    *,
+    target: BrokerTarget | None = None,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Log the plan of `replay_id` (once) and return its summary. Unknown outcomes of earlier
+    real runs are settled on the broker first (not in a dry run: those stay skipped)."""
+    spark = _session(spark, master)
+    io = DeltaIO(spark)
+    _say(f"{replay_id}: {request.describe()}", progress)
+    rows = dead_letters_df(io, lake, request).collect()
+    letters = sorted(
+        (
+            DeadLetter(r["msg_id"], request.group, r["topic"], r["dlq_msg_id"], r["store_ts"])
+            for r in rows
+        ),
+        key=lambda d: (d.store_ts, d.msg_id),
+    )
+    _say(f"{len(letters)} dead letter(s) of {request.group} match", progress)
+    entries = read_log(io, lake, request.group)
+    keys = {d.msg_id for d in letters}
+    doubt = [e for e in in_doubt(entries, exclude_replay=replay_id) if e.msg_id in keys]
+    settled: dict[str, int] = {}
+    with _outcome_log(spark, io, lake) as log:
+        if doubt and not request.dry_run and target is not None:
+            _say(
+                f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker", progress
+            )
+            with BrokerClient(target) as client:
+                settled = reconcile(doubt, client, log)
+            entries = read_log(io, lake, request.group)
+        plan = plan_replay(replay_id, request, letters, entries, _now_ms())
+        log.extend([e.as_row() for e in plan.rows])
+    summary = {**plan.summary(), "matched": len(letters), "settled": settled}
+    _say(
+        f"plan: {summary['planned']} to send, {summary['skipped']} skipped "
+        f"{summary['skipped_by_reason']}, {summary['left_over']} over max_messages",
+        progress,
+    )
+    return summary
+
+
+def send_step(
+    lake: str,
+    request: ReplayRequest,
+    replay_id: str,
+    target: BrokerTarget,
+    *,
+    resume: bool = False,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Send the plan's pending messages. `resume`: an earlier attempt of this replay may have
+    sent some without logging it; those are looked up on the broker first."""
+    if request.dry_run:
+        _say(f"{replay_id}: dry run, nothing sent", progress)
+        return {"replay_id": replay_id, "dry_run": True, "sent": 0, "failed": 0}
+    spark = _session(spark, master)
+    io = DeltaIO(spark)
+    counts = {"sent": 0, "failed": 0, "refused": 0}
+    with _outcome_log(spark, io, lake) as log, BrokerClient(target, retry_times=0) as client:
+        entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
+        if resume:
+            own = in_doubt(entries)
+            if own:
+                _say(f"resuming: settling {len(own)} unknown outcome(s) on the broker", progress)
+                reconcile(own, client, log)
+                entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
+        todo = pending(replay_id, entries)
+        _say(
+            f"{replay_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s",
+            progress,
+        )
+        if todo:
+            found = dead_letters_df(io, lake, request, [e.msg_id for e in todo], with_body=True)
+            letters = {r["msg_id"]: r for r in found.collect()}
+            _send_all(todo, letters, request, replay_id, client, log, counts, progress)
+    return {"replay_id": replay_id, "dry_run": False, **counts}
+
+
+def _send_all(
+    todo: list[LogEntry],
+    letters: dict[str, Any],
+    request: ReplayRequest,
+    replay_id: str,
+    client: BrokerClient,
+    log: OutcomeLog,
+    counts: dict[str, int],
+    progress: bool,
+) -> None:
+    pacer = Pacer(request.messages_per_second)
+    unknown_in_a_row = 0
+    last_say = time.monotonic()
+    for i, e in enumerate(todo):
+        row = letters.get(e.msg_id)
+        if row is None or e.topic is None:
+            log.add(_entry(e, Status.FAILED, "refused: the dead letter is no longer in the lake"))
+            counts["refused"] += 1
+            continue
+        msg = replay_message(
+            e.topic,
+            bytes(row["body"]),
+            row["properties"] or {},
+            e.msg_id,
+            replay_id,
+            row["dlq_msg_id"],
+        )
+        pacer.wait()
+        try:
+            result = client.send(msg)
+        except (MQClientError, RemotingError) as exc:
+            reason = failure_reason(exc)
+            log.add(_entry(e, Status.FAILED, reason))
+            counts["failed"] += 1
+            unknown_in_a_row = unknown_in_a_row + 1 if outcome_unknown(reason) else 0
+            if unknown_in_a_row >= MAX_UNKNOWN_IN_A_ROW:
+                log.flush()
+                raise ReplayInterrupted(
+                    f"{replay_id}: {unknown_in_a_row} sends in a row with no answer (last: "
+                    f"{exc}); stopped after {i + 1} of {len(todo)}. Run again to resume."
+                ) from exc
+            continue
+        unknown_in_a_row = 0
+        where = f"stored on {result.mq.broker} queue {result.mq.queue_id} ({result.status.value})"
+        log.add(_entry(e, Status.SENT, where, result.queue_offset))
+        counts["sent"] += 1
+        if time.monotonic() - last_say >= 2.0:
+            last_say = time.monotonic()
+            _say(f"{i + 1}/{len(todo)}: {counts['sent']} sent, {counts['failed']} failed", progress)
+    _say(f"done: {counts['sent']} sent, {counts['failed'] + counts['refused']} failed", progress)
+
+
+def _entry(e: LogEntry, status: Status, reason: str, offset: int | None = None) -> dict[str, Any]:
+    return LogEntry(
+        e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms()
+    ).as_row()
+
+
+def replay_summary(
+    lake: str, request: ReplayRequest, replay_id: str, *, spark: SparkSession | None = None
+) -> dict[str, Any]:
+    """Where every message of the replay stands (its latest log row), with a few examples."""
+    io = DeltaIO(_session(spark, None))
+    state = list(
+        latest(e for e in read_log(io, lake, request.group) if e.replay_id == replay_id).values()
+    )
+    by_status: dict[str, int] = {}
+    for e in state:
+        by_status[e.status.value] = by_status.get(e.status.value, 0) + 1
+    examples = {
+        s.value: [e.as_row() for e in sorted(state, key=lambda e: e.msg_id) if e.status is s][:5]
+        for s in Status
+    }
+    return {
+        "replay_id": replay_id,
+        "request": request.to_dict(),
+        "messages": len(state),
+        "by_status": by_status,
+        "examples": examples,
+    }
+
+
+def run_replay(
+    lake: str,
+    request: ReplayRequest,
+    replay_id: str,
+    target: BrokerTarget | None,
+    *,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Plan, send (unless a dry run) and sum up one replay; a replay id seen before resumes."""
+    spark = _session(spark, master)
+    if target is None and not request.dry_run:
+        raise ValueError("a real replay needs the cluster's name servers")
+    plan = plan_step(lake, request, replay_id, target=target, spark=spark, progress=progress)
+    sent: dict[str, Any] = {"dry_run": True}
+    if not request.dry_run and target is not None:
+        resume = not plan["new_plan"]
+        sent = send_step(
+            lake, request, replay_id, target, resume=resume, spark=spark, progress=progress
+        )
+    return {"plan": plan, "send": sent, **replay_summary(lake, request, replay_id, spark=spark)}
+
+
+if __name__ == "__main__":
+    from pipeline.cli import main
+
+    sys.exit(main(["replay", *sys.argv[1:]]))

@@ -1,0 +1,144 @@
+"""`mqaudit pipeline resend` and `mqaudit pipeline replay`: the remediation jobs by hand.
+
+Both print a JSON summary on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pipeline.spark_session import DEFAULT_MASTER
+
+
+def _add_cluster(p: argparse.ArgumentParser, required: bool) -> None:
+    where = p.add_mutually_exclusive_group(required=required)
+    where.add_argument("--namesrv", help="name servers, host:port;host:port")
+    where.add_argument("--data-dir", type=Path, help="a cluster's data dir (its cluster.json)")
+    p.add_argument("--access-key", default=None, help="ACL access key (with --secret-key)")
+    p.add_argument("--secret-key", default=None)
+
+
+def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = cmds.add_parser(
+        "replay",
+        help="replay dead letters to their original topics (dry run unless --no-dry-run)",
+        description="Never replays a message twice unless --force; a --replay-id seen before "
+        "resumes that replay. Every outcome goes to LAKE/dlq_replay_log.",
+    )
+    replay.add_argument("--lake", type=Path, required=True)
+    _add_cluster(replay, required=False)
+    replay.add_argument("--group", required=True, help="the consumer group whose DLQ to replay")
+    replay.add_argument("--topic", default=None, help="only messages first sent to this topic")
+    replay.add_argument("--from", dest="from_time", default=None, help="epoch ms or ISO 8601")
+    replay.add_argument("--to", dest="to_time", default=None, help="epoch ms or ISO 8601")
+    replay.add_argument(
+        "--msg-id", dest="msg_ids", action="append", default=[], help="a UNIQ_KEY (repeatable)"
+    )
+    replay.add_argument("--max-messages", type=int, default=100)
+    replay.add_argument("--rate", dest="messages_per_second", type=float, default=50.0)
+    replay.add_argument(
+        "--dry-run", action=argparse.BooleanOptionalAction, default=True, help="send nothing"
+    )
+    replay.add_argument("--force", action="store_true", help="send even if replayed before")
+    replay.add_argument("--replay-id", default=None, help="default: a new one")
+    replay.add_argument("--spark-master", default=DEFAULT_MASTER)
+    replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    replay.set_defaults(func=cmd_replay)
+
+    resend = cmds.add_parser(
+        "resend",
+        help="resend the due resend candidates of the last audit; void those at max send count",
+        description="Each stub is checked again in the live ledgers first, so a second run "
+        "sends nothing twice. Actions go to LAKE/resend_log.",
+    )
+    resend.add_argument("--lake", type=Path, required=True)
+    resend.add_argument("--data-dir", type=Path, required=True, help="cluster data dir (ledgers)")
+    resend.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    resend.add_argument("--namesrv", default=None, help="default: DIR/cluster.json's")
+    resend.add_argument("--access-key", default=None)
+    resend.add_argument("--secret-key", default=None)
+    resend.add_argument("--as-of", default="now", help="due time: epoch ms, ISO 8601 or now")
+    resend.add_argument("--max-send-count", type=int, default=16)
+    resend.add_argument("--report-dir", type=Path, default=None, help="manual_handling.csv/json")
+    resend.add_argument("--run-id", default=None, help="default: a new one")
+    resend.add_argument("--spark-master", default=DEFAULT_MASTER)
+    resend.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    resend.set_defaults(func=cmd_resend)
+
+
+def _target(args: argparse.Namespace) -> Any:
+    from broker_runtime.cli.client_args import namesrv_of_data_dir
+    from pipeline.remediation.sender import BrokerTarget
+
+    if args.namesrv is None and args.data_dir is None:
+        return None
+    namesrv = args.namesrv or namesrv_of_data_dir(args.data_dir)
+    return BrokerTarget(namesrv, args.access_key, args.secret_key)
+
+
+def cmd_resend(args: argparse.Namespace) -> int:
+    from broker_runtime.cli.client_args import parse_time_ms
+
+    as_of = parse_time_ms(args.as_of)
+    if args.max_send_count < 1:
+        raise ValueError(f"--max-send-count must be >= 1, got {args.max_send_count}")
+    from pipeline.jobs.resend import run_resend  # Spark loads only when a job runs
+
+    target = None
+    if args.namesrv or (args.data_dir / "cluster.json").is_file():
+        target = _target(args)
+    summary = run_resend(
+        str(args.lake.resolve()),
+        args.data_dir,
+        target,
+        as_of_ms=as_of,
+        run_id=args.run_id or f"resend-{uuid.uuid4().hex[:16]}",
+        ledger_url=args.ledger_url,
+        max_send_count=args.max_send_count,
+        report_dir=args.report_dir,
+        master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pipeline.remediation.replay_request import parse_request
+
+    request = parse_request(
+        {
+            k: getattr(args, k)
+            for k in (
+                "group",
+                "topic",
+                "from_time",
+                "to_time",
+                "msg_ids",
+                "max_messages",
+                "messages_per_second",
+                "dry_run",
+                "force",
+            )
+        }
+    )
+    target = _target(args)
+    if target is None and not request.dry_run:
+        raise ValueError("a real replay needs --namesrv or --data-dir")
+    from pipeline.jobs.replay import run_replay  # Spark loads only when a job runs
+
+    replay_id = args.replay_id or f"replay-{uuid.uuid4().hex[:16]}"
+    summary = run_replay(
+        str(args.lake.resolve()),
+        request,
+        replay_id,
+        target,
+        master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["send"].get("failed", 0) == 0 else 1

@@ -1,0 +1,111 @@
+"""The DAG files import cleanly, define the four DAGs with their contracts, and refuse bad
+replay parameters before any task that reads or sends runs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
+
+pytestmark = [pytest.mark.airflow, *AIRFLOW_WARNINGS]
+
+DAG_IDS = {"mq_audit", "mq_retry_resend", "mq_dlq_report", "mq_dlq_replay"}
+REPLAY_PARAMS = {
+    "group": "string",
+    "topic": ["null", "string"],
+    "from_time": ["null", "integer", "string"],
+    "to_time": ["null", "integer", "string"],
+    "msg_ids": "array",
+    "max_messages": "integer",
+    "messages_per_second": "number",
+    "dry_run": "boolean",
+    "force": "boolean",
+}
+
+
+def test_no_import_errors_and_the_four_dags(dagbag: Any) -> None:
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dags) == DAG_IDS
+    loaded = {stat.file for stat in dagbag.dagbag_stats}
+    assert loaded == {f"{d}.py" for d in DAG_IDS}  # helpers are .airflowignore'd
+
+
+def test_schedules_and_safety_settings(dagbag: Any) -> None:
+    for dag_id in DAG_IDS:
+        dag = dagbag.dags[dag_id]
+        assert dag.catchup is False
+        assert dag.start_date.year == 2024  # static, never now()
+        assert dag.max_active_runs == 1
+        assert "mqaudit" in dag.tags
+    assert type(dagbag.dags["mq_dlq_replay"].timetable).__name__ == "NullTimetable"
+    cron = {d: dagbag.dags[d].timetable.summary for d in DAG_IDS - {"mq_dlq_replay"}}
+    assert cron == {
+        "mq_audit": "0 * * * *",
+        "mq_retry_resend": "*/15 * * * *",
+        "mq_dlq_report": "0 6 * * *",
+    }
+    assert [t.task_id for t in dagbag.dags["mq_audit"].topological_sort()] == [
+        "ingest",
+        "validate",
+        "audit",
+        "report",
+    ]
+
+
+def test_replay_params_are_typed_with_safe_defaults(dagbag: Any) -> None:
+    params = dagbag.dags["mq_dlq_replay"].params
+    assert {k: params.get_param(k).schema["type"] for k in params} == REPLAY_PARAMS
+    assert params["dry_run"] is True and params["force"] is False
+    assert params["max_messages"] == 100
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"group": "not a group!", "from_time": 0},
+        {"group": "g", "max_messages": 0, "from_time": 0},
+        {"group": "g", "dry_run": "yes", "from_time": 0},
+    ],
+)
+def test_bad_param_values_fail_before_the_run(dagbag: Any, conf: dict[str, Any]) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dagbag.dags["mq_dlq_replay"].params)
+    with pytest.raises(ParamValidationError):  # on update: each value is checked as it is set
+        params.update(conf)
+        params.validate()
+
+
+def test_airflow_cli_refuses_bad_params_without_running(airflow_db: Any) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "mq_dlq_replay", "-c", '{"group": 5}'],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert out.returncode == 1
+    assert "ParamValidationError" in out.stderr + out.stdout
+    assert "[DAG TEST] starting task_id" not in out.stderr + out.stdout
+
+
+def test_spark_submit_mode_submits_the_spark_steps(
+    airflow_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT", "true")
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    audit = bag.dags["mq_audit"]
+    steps = audit.topological_sort()
+    assert [type(t).__name__ for t in steps] == ["SparkSubmitOperator"] * 4
+    assert all(t.application == str(DAGS / "spark_app.py") for t in steps)
+    assert [t.application_args[0] for t in steps] == ["ingest", "validate", "audit", "report"]
+    assert "data_interval_end" in " ".join(audit.get_task("audit").application_args)
+    resend = bag.dags["mq_retry_resend"].get_task("resend")
+    assert resend.application_args[0] == "resend"
