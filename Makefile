@@ -35,7 +35,7 @@ test: $(STAMP)
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker_runtime tests benchmarks
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

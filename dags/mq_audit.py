@@ -96,9 +96,8 @@ def mq_audit() -> None:
 
     @task
     def report(ingested: dict[str, Any], audited: dict[str, Any]) -> dict[str, Any]:
-        from pipeline.reports.audit_report import build_report
-
         from dags.spark_app import gate_audits
+        from pipeline.reports.audit_report import build_report
 
         s, ctx = load_settings(), get_current_context()
         key = interval_key(ctx)
