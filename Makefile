@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py
+	$(PY) benchmarks/audit_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:
