@@ -175,15 +175,16 @@ def chromium(workdir: Path) -> Iterator[Browser]:
     try:
         url = _wait_for_port(proc, profile, log)
         with connect(url, max_size=64 * 2**20, open_timeout=START_TIMEOUT_S) as ws:
-            yield Browser(Cdp(ws), workdir)
+            yield Browser(Cdp(ws))
     finally:
         _stop(proc)
 
 
 class Browser:
-    def __init__(self, cdp: Cdp, workdir: Path) -> None:
+    """Pages opened one at a time in the running Chromium."""
+
+    def __init__(self, cdp: Cdp) -> None:
         self.cdp = cdp
-        self.workdir = workdir
 
     def load(self, path: Path, screenshot: Path) -> PageLoad:
         """Open `path` in a new page, wait for its load event, collect what went wrong on the
