@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,37 +49,30 @@ ON_MAIN_CLUSTER: dict[str, Runner] = {
 
 @dataclass(frozen=True)
 class OwnCluster:
-    """A scenario on a cluster of its own: `mqaudit cluster up` arguments and settings."""
+    """A scenario on a cluster of its own: its ClusterSettings (`mqaudit cluster up`)."""
 
     runner: Runner
     lane: str  # scenarios of one lane run one after another
-    args: tuple[str, ...]
-    settings: dict[str, str] = field(default_factory=dict)
+    cluster: dict[str, Any]
 
 
-_SMALL = ("--name-servers", "1", "--groups", "broker-a", "--segment-size", str(64 << 20))
+_SMALL: dict[str, Any] = {"name_servers": 1, "groups": ("broker-a",), "segment_size": 64 << 20}
+
+
+def _rebalance(lock: bool) -> dict[str, Any]:
+    lock_settings = {"queue_access_lock": str(lock).lower(), "queue_lock_hold_timeout_ms": "10000"}
+    return {**_SMALL, "slaves": False, "broker_settings": lock_settings}
+
+
+def _crash(mode: str) -> dict[str, Any]:
+    return {**_SMALL, "flush": mode, "replication": mode, "broker_settings": CRASH_SETTINGS}
+
+
 ON_OWN_CLUSTER: dict[str, OwnCluster] = {
-    P.REBALANCE_LOCK_OFF: OwnCluster(
-        rebalance_lock_off, "rebalance", (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
-    ),
-    P.REBALANCE_LOCK_ON: OwnCluster(
-        rebalance_lock_on,
-        "rebalance",
-        (*_SMALL, "--no-slaves"),
-        {"queue_access_lock": "true", "queue_lock_hold_timeout_ms": "10000"},
-    ),
-    P.MASTER_CRASH_ASYNC: OwnCluster(
-        master_crash_async,
-        "master_crash_async",
-        (*_SMALL, "--flush", "async", "--replication", "async"),
-        CRASH_SETTINGS,
-    ),
-    P.MASTER_CRASH_SYNC: OwnCluster(
-        master_crash_sync,
-        "master_crash_sync",
-        (*_SMALL, "--flush", "sync", "--replication", "sync"),
-        CRASH_SETTINGS,
-    ),
+    P.REBALANCE_LOCK_OFF: OwnCluster(rebalance_lock_off, "rebalance", _rebalance(False)),
+    P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, "rebalance", _rebalance(True)),
+    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, "master_crash_async", _crash("async")),
+    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, "master_crash_sync", _crash("sync")),
 }
 
 
@@ -109,7 +102,7 @@ class ClusterStarter:
         for _, n in order:
             own = ON_OWN_CLUSTER.get(n)
             if own is not None:
-                self.started[n] = self.pool.submit(h.cluster_up, n, own.settings, *own.args)
+                self.started[n] = self.pool.submit(h.cluster_up, n, **own.cluster)
         self._down: set[str] = set()
 
     async def layout(self, name: str) -> ClusterLayout:
@@ -171,6 +164,7 @@ async def run(
     say(f"run {run_id}: {len(plans)} scenario(s), {messages} messages, seed {seed}")
     entries: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, str]] = []
+    seconds: dict[str, float] = {}  # per scenario, from its start (its cluster's wait included)
     starter = ClusterStarter(h, plans)
 
     async def one(p: P.ScenarioPlan) -> None:
@@ -178,6 +172,9 @@ async def run(
         say(f"{p.name}: {p.messages} messages, {json.dumps(p.params)[:160]}")
         if p.name in ON_OWN_CLUSTER:
             own = await starter.layout(p.name)
+            waited = time.monotonic() - started
+            if waited >= 1:
+                say(f"{p.name}: its cluster is up after {waited:.1f} s")
             ctx = Ctx(h, p, Path(own.data_dir), own.namesrv_addr)
             entries[p.name] = await ON_OWN_CLUSTER[p.name].runner(ctx)
             starter.down(p.name)
@@ -185,7 +182,9 @@ async def run(
             ctx = Ctx(h, p, h.data_dir, layout.namesrv_addr)
             entries[p.name] = await ON_MAIN_CLUSTER[p.name](ctx)
         found = {k: v for k, v in entries[p.name]["expected"].items() if v}
-        say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
+        seconds[p.name] = round(time.monotonic() - started, 1)
+        entries[p.name]["stats"]["seconds"] = seconds[p.name]
+        say(f"{p.name}: done in {seconds[p.name]} s: {found}")
 
     async def lane(lane_plans: list[P.ScenarioPlan]) -> None:
         """Scenarios one after another; one that fails is recorded, and the next starts."""
@@ -210,6 +209,7 @@ async def run(
         write_truth(truth_path, doc)
     say(f"truth written to {truth_path}")
     out = summary(doc)
+    out["scenario_seconds"] = seconds
     if failures:
         out["failed"] = failures
     return out, not failures
