@@ -301,6 +301,12 @@ class Harness:
                 p.proc.kill()
                 p.proc.wait()
 
+    async def release(self, proc: ConsumerProc, timeout: float = 30) -> None:
+        """Start a consumer spawned with `wait_signal` once it has loaded (spawned ahead, its
+        process start overlaps the steps before it joins)."""
+        await self.until(lambda: proc.state.ready, timeout, f"{proc.name} to load", [proc])
+        proc.signal_start()
+
     async def until(
         self,
         cond: Callable[[], bool],

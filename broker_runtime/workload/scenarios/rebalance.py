@@ -33,9 +33,10 @@ async def namesrv_split(c: Ctx) -> dict[str, Any]:
     # c2 reads the route now, while only `first` serves the topic, and keeps that view: its
     # name server poll (30 s) does not come round before it leaves.
     c2 = c.consumer("c2", group, poll_namesrv_s=30.0)
+    c1 = c.consumer("c1", group, wait_signal=True)  # loads now, reads the route when released
     await h.until(lambda: len(c2.state.owns) == 4, 30, "c2 to own the topic's queues", [c2])
     await h.create_topic(c.namesrv, c.topic, 4, [first, second])
-    c1 = c.consumer("c1", group)
+    await h.release(c1)
 
     def split() -> bool:
         return bool(c1.state.owns & c2.state.owns)
@@ -93,7 +94,7 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
     h.say(f"{c.name}: topic created, {upfront} messages sent")
     await h.until(lambda: b.state.ready, 30, "consumer b to load", [a, b])
     await h.until(lambda: len(consumed_by([a])) >= join, 60, f"a to consume {join}", [a, b])
-    b.signal_start()
+    await h.release(b)
     h.say(f"{c.name}: b joins after a consumed {len(consumed_by([a]))} of {m}")
     await h.until(lambda: bool(b.state.owns), 30, "b to own queues", [a, b])
     await c.produce(range(upfront, m))
