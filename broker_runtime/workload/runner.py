@@ -26,8 +26,11 @@ from broker_runtime.workload import plan as P
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.scenarios.common import Ctx
 from broker_runtime.workload.scenarios.failures import consumer_failures, producer_resend
-from broker_runtime.workload.scenarios.master_crash import SETTINGS as CRASH_SETTINGS
-from broker_runtime.workload.scenarios.master_crash import master_crash_async, master_crash_sync
+from broker_runtime.workload.scenarios.master_crash import (
+    ASYNC_SETTINGS,
+    master_crash_async,
+    master_crash_sync,
+)
 from broker_runtime.workload.scenarios.rebalance import (
     namesrv_split,
     rebalance_lock_off,
@@ -61,7 +64,6 @@ class OwnCluster:
     """A scenario on a cluster of its own: its ClusterSettings (`mqaudit cluster up`)."""
 
     runner: Runner
-    lane: str  # scenarios of one lane run one after another
     cluster: dict[str, Any]
 
 
@@ -74,25 +76,25 @@ def _rebalance(lock: bool) -> dict[str, Any]:
 
 
 def _crash(mode: str) -> dict[str, Any]:
-    return {**_SMALL, "flush": mode, "replication": mode, "broker_settings": CRASH_SETTINGS}
+    broker = ASYNC_SETTINGS if mode == "async" else {}
+    return {**_SMALL, "flush": mode, "replication": mode, "broker_settings": broker}
 
 
 ON_OWN_CLUSTER: dict[str, OwnCluster] = {
-    P.REBALANCE_LOCK_OFF: OwnCluster(rebalance_lock_off, "rebalance", _rebalance(False)),
-    P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, "rebalance", _rebalance(True)),
-    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, "master_crash_async", _crash("async")),
-    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, "master_crash_sync", _crash("sync")),
+    P.REBALANCE_LOCK_OFF: OwnCluster(rebalance_lock_off, _rebalance(False)),
+    P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, _rebalance(True)),
+    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, _crash("async")),
+    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, _crash("sync")),
 }
 
 
 def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
-    """Scenarios that run one after another: the main cluster's, in two lanes; the two
-    rebalances (run alike, to be compared); each master crash. The lanes run side by side."""
+    """Scenarios that run one after another: the main cluster's, in two lanes; each one on
+    a cluster of its own alone. The lanes run side by side: the two rebalances too, so that
+    the lock on and off are compared on the same workload under the same machine load."""
     out: dict[str, list[P.ScenarioPlan]] = {}
     for p in plans:
-        own = ON_OWN_CLUSTER.get(p.name)
-        key = own.lane if own is not None else MAIN_LANE[p.name]
-        out.setdefault(key, []).append(p)
+        out.setdefault(MAIN_LANE.get(p.name, p.name), []).append(p)
     return list(out.values())
 
 
