@@ -48,7 +48,7 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
     others = set(range(m)) - {hold}
     await h.until(
         lambda: consumed_by([a]) >= others and any(d.index == hold for d in a.state.deliveries),
-        60, "consumer a to finish all but the held message", [a],
+        c.patience(60), "consumer a to finish all but the held message", [a],
     )  # fmt: skip
     want = {q: (held_off if q == held_q else end) for q, end in ends(sent).items()}
     await _offsets_reach(c, group, want)
@@ -60,7 +60,7 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
         for s in sent
         if s.position and queue_of(s.position) == held_q and s.position[3] >= held_off
     }
-    await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
+    await h.until(lambda: consumed_by([b]) >= again, c.patience(60), "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
     await b.stop()
     findings = group_findings(group, c.topic, [a, b])
@@ -93,7 +93,9 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
     h.say(f"{c.name}: acks of {lossy_q} past offset {lossy_off} will be lost")
     a = c.consumer("a", group, lose_acks=[*lossy_q, lossy_off])
     b = c.consumer("b", group, wait_signal=True)  # loads now, joins the group after the kill
-    await h.until(lambda: consumed_by([a]) >= set(range(m)), 60, "consumer a to consume all", [a])
+    await h.until(
+        lambda: consumed_by([a]) >= set(range(m)), c.patience(60), "consumer a to consume all", [a]
+    )
     want = {q: end for q, end in ends(sent).items() if q != lossy_q}
     await _offsets_reach(c, group, want)
     await asyncio.sleep(SETTLE_S)
@@ -107,7 +109,7 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
         for s in sent
         if s.position and queue_of(s.position) == lossy_q and s.position[3] >= restart_from
     }
-    await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
+    await h.until(lambda: consumed_by([b]) >= again, c.patience(60), "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
     await b.stop()
     findings = group_findings(group, c.topic, [a, b])
