@@ -221,6 +221,9 @@ async def run(
     say(f"truth written to {truth_path}")
     out = summary(doc)
     out["scenario_seconds"] = seconds
+    dups = out.get("rebalance_duplicate_deliveries", {})
+    if dups:
+        say(f"rebalance duplicate deliveries: {', '.join(f'{k} {v}' for k, v in dups.items())}")
     if failures:
         out["failed"] = failures
     return out, not failures
