@@ -97,12 +97,13 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__accel(void) {
     accel_crc_init();
-    if (accel_prepare_init() < 0) return NULL;
+    if (accel_prepare_init() < 0 || PyType_Ready(&AccelRows_Type) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
         PyModule_AddIntConstant(m, "CLMUL", accel_crc_clmul()) < 0 || /* 0 zlib, 1, 2: wide */
-        PyModule_AddObjectRef(m, "PreparedBatch", (PyObject *)&AccelBatch_Type) < 0)
+        PyModule_AddObjectRef(m, "PreparedBatch", (PyObject *)&AccelBatch_Type) < 0 ||
+        PyModule_AddObjectRef(m, "RequestRows", (PyObject *)&AccelRows_Type) < 0)
         Py_CLEAR(m);
     return m;
 }

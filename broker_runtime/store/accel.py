@@ -14,7 +14,7 @@ import os
 from types import ModuleType
 
 PURE_ENV = "MQAUDIT_STORE_PURE"
-ABI = 2  # must equal _accel.ABI: bumped with every change of a kernel's signature or meaning
+ABI = 3  # must equal _accel.ABI: bumped with every change of a kernel's signature or meaning
 
 
 def load_native() -> ModuleType | None:
