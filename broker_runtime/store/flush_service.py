@@ -108,10 +108,6 @@ class PeriodicService:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def _ready(self) -> bool:
-        """No put is mid-write and as many wait as the last fsync released: flush now."""
-        return self._waiting > 0 and self._writing <= 0 and self._waiting >= self._expect
-
     def _run(self) -> None:
         due = [time.monotonic() + interval for interval, _ in self._tasks]
         while not self._stop.is_set():
