@@ -22,7 +22,7 @@ from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
 from broker_runtime.store import accel
 from broker_runtime.store.message_store import MessageStore
 from tests.conftest import REPO
-from tests.unit.broker_runtime.accel_helpers import c_kernels
+from tests.unit.broker_runtime.accel_helpers import c_kernels, c_path_in_use
 
 c_kernels()  # skips this module when the extension is not built
 
@@ -86,6 +86,7 @@ def files(root: Path) -> dict[str, bytes]:
 
 
 def test_same_bytes_on_disk_as_the_pure_path(tmp_path: Path) -> None:
+    c_path_in_use()
     code = (
         "import json, sys\n"
         "from broker_runtime.store import accel\n"
