@@ -13,15 +13,31 @@ blocks read as zeros until written, so the file's bytes are the same as without 
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
+
+from broker_runtime.store.accel import native
 
 NAME_DIGITS = 20
 
 
 def segment_name(offset: int) -> str:
     return f"{offset:0{NAME_DIGITS}d}"
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """All of `data` at file position `pos` (pwrite to a regular file is short only on trouble)."""
+    written = os.pwrite(fd, data, pos)
+    while written < len(data):
+        more = os.pwrite(fd, memoryview(data)[written:], pos + written)
+        if more == 0:
+            raise OSError(errno.EIO, "short write", str(fd))
+        written += more
+
+
+pwrite_all = _pwrite_all if native is None else native.pwrite_all
 
 
 class MappedFile:
@@ -65,12 +81,7 @@ class MappedFile:
             raise ValueError(f"{len(data)} bytes do not fit at {pos} of {self.path.name}")
         if pos + len(data) > self._reserved and self._reserve_ahead:
             self._reserve(pos, pos + len(data) + self._reserve_ahead)
-        written = os.pwrite(self._fd, data, pos)
-        while written < len(data):  # pwrite on a regular file is short only on ENOSPC-like trouble
-            more = os.pwrite(self._fd, memoryview(data)[written:], pos + written)
-            if more == 0:
-                raise OSError(f"short write to {self.path}")
-            written += more
+        pwrite_all(self._fd, data, pos)
         self.wrote_position = pos + len(data)
         return pos
 
