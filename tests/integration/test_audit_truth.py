@@ -29,6 +29,8 @@ applied to the ledger (the third check).
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.audit_schemas import AUDIT_TABLES
 from pipeline.delta_io import DeltaIO
+from pipeline.demo import SMALL_DATA_SPARK as SMALL_DATA
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest, table_path
 from pipeline.spark_session import build_spark
@@ -73,8 +76,13 @@ class Audited:
         return [r for rows in self.rows.values() for r in rows]
 
 
+def _say(line: str) -> None:
+    print(f"[audit-truth] {line}", file=sys.stderr, flush=True)
+
+
 def _workload(root: Path, seed: int) -> tuple[Path, dict[str, Any]]:
     """One workload run on a cluster that is down again when it returns."""
+    started = time.monotonic()
     data_dir = root / f"seed-{seed}"
     with running_cluster(
         data_dir,
@@ -84,38 +92,54 @@ def _workload(root: Path, seed: int) -> tuple[Path, dict[str, Any]]:
         settings={"store.delay_time_scale": "0.1"},
     ) as c:
         doc, _ = run_workload(c, "all", MESSAGES, seed)
+    _say(f"seed {seed}: workload and its cluster done in {time.monotonic() - started:.0f} s")
     return data_dir, doc
 
 
-def _audit(spark: SparkSession, lakes: Path, data_dir: Path, doc: dict[str, Any]) -> Audited:
-    dirs = {Path(s["data_dir"]) for s in doc["scenarios"].values()} | {data_dir}
+def _audit_cluster(spark: SparkSession, lake: Path, data_dir: Path) -> list[dict[str, Any]]:
+    """Ingest and audit one cluster data dir into a lake of its own; its fault rows."""
+    started = time.monotonic()
+    run_ingest(data_dir, lake, spark, progress=False)
+    run_audit(lake, spark, progress=False)
+    took = time.monotonic() - started
+    _say(f"{lake.parent.name}/{lake.name}: ingested and audited in {took:.0f} s")
     io = DeltaIO(spark)
-    rows = {}
-    for d in sorted(dirs):
-        lake = lakes / d.name
-        run_ingest(d, lake, spark, progress=False)
-        run_audit(lake, spark, progress=False)
-        rows[d] = [
-            r.asDict()
-            for name in FAULT_TABLES
-            for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*COLUMNS).collect()
-        ]
-    return Audited(int(doc["seed"]), doc, rows)
+    return [
+        r.asDict()
+        for name in FAULT_TABLES
+        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*COLUMNS).collect()
+    ]
 
 
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]:
+    """Workloads one after another on one thread; each finished seed's clusters ingested
+    and audited two at a time in the shared Spark session (its tiny jobs leave cores idle)."""
     root = tmp_path_factory.mktemp("truth")
     spark = build_spark("mqaudit-tests", "local[2]")  # the session of the other tests
-    out = []
-    pool = ThreadPoolExecutor(1, "workload")
+    saved = {k: spark.conf.get(k) for k in SMALL_DATA}
+    for k, v in SMALL_DATA.items():
+        spark.conf.set(k, v)
+    workloads = ThreadPoolExecutor(1, "workload")
+    audits = ThreadPoolExecutor(2, "audit")
     try:
-        runs = [pool.submit(_workload, root, seed) for seed in SEEDS]
+        runs = [workloads.submit(_workload, root, seed) for seed in SEEDS]
+        pending = []
         for seed, run in zip(SEEDS, runs, strict=True):
             data_dir, doc = run.result()
-            out.append(_audit(spark, root / f"lakes-{seed}", data_dir, doc))
+            dirs = sorted({Path(s["data_dir"]) for s in doc["scenarios"].values()} | {data_dir})
+            lakes = root / f"lakes-{seed}"
+            found = {d: audits.submit(_audit_cluster, spark, lakes / d.name, d) for d in dirs}
+            pending.append((doc, found))
+        out = [
+            Audited(int(doc["seed"]), doc, {d: f.result() for d, f in found.items()})
+            for doc, found in pending
+        ]
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        workloads.shutdown(wait=True, cancel_futures=True)
+        audits.shutdown(wait=True, cancel_futures=True)
+        for k, v in saved.items():
+            spark.conf.set(k, v)
     yield out
 
 
@@ -134,7 +158,7 @@ def _concurrent(k: C.Key) -> bool:
     return k[0].split(":", 1)[1] in CONCURRENT
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_every_injected_fault_is_found_with_its_cause_and_nothing_else(
     audited: list[Audited],
 ) -> None:
@@ -153,7 +177,7 @@ def test_every_injected_fault_is_found_with_its_cause_and_nothing_else(
     assert {k[:4]: n for k, n in found.items()} == counts
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_the_audit_matches_counts_from_the_raw_ledgers_and_commitlogs(
     audited: list[Audited],
 ) -> None:
@@ -186,7 +210,7 @@ def test_the_audit_matches_counts_from_the_raw_ledgers_and_commitlogs(
         assert effects == journaled, a.seed
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_the_audit_gives_the_cause_rules_result_on_the_ledger_rows(
     audited: list[Audited],
 ) -> None:
