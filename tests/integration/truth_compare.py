@@ -147,19 +147,21 @@ def describe(raw: RawCounts) -> str:
 
 
 def precision_recall(truth: Iterable[Key], found: Iterable[Key]) -> list[tuple[str, ...]]:
-    """Rows (kind, cause, truth, found, both, precision, recall) per kind and cause, then
-    per kind; 1.0 where a side has nothing to get wrong."""
+    """Rows (kind, cause, truth, found, both, precision, recall): per kind and cause, then
+    per kind with any cause (message and group only); 1.0 where a side has nothing to miss."""
     t, f = set(truth), set(found)
-    by_cause = sorted({(k[1], k[4] or "-") for k in t | f})
-    by_kind = sorted({(k[1], "(all)") for k in t | f})
     rows: list[tuple[str, ...]] = []
-    for kind, cause in by_cause + by_kind:
-        tk = {k for k in t if k[1] == kind and cause in ("(all)", k[4] or "-")}
-        fk = {k for k in f if k[1] == kind and cause in ("(all)", k[4] or "-")}
+
+    def row(kind: str, cause: str, tk: set[Any], fk: set[Any]) -> None:
         both = len(tk & fk)
         p = both / len(fk) if fk else 1.0
         r = both / len(tk) if tk else 1.0
         rows.append((kind, cause, str(len(tk)), str(len(fk)), str(both), f"{p:.3f}", f"{r:.3f}"))
+
+    for kind, cause in sorted({(k[1], k[4] or "-") for k in t | f}):
+        row(kind, cause, *({k for k in s if (k[1], k[4] or "-") == (kind, cause)} for s in (t, f)))
+    for kind in sorted({k[1] for k in t | f}):
+        row(kind, "(any)", *({k[:4] for k in s if k[1] == kind} for s in (t, f)))
     return rows
 
 
