@@ -104,6 +104,20 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
     return out
 
 
+def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
+    """What needs a person in the workload's other clusters (as the report says it)."""
+    out = []
+    for name, cluster in sorted(clusters.items()):
+        kinds = cluster.get("kinds", {})
+        lost = sum(sum(c.values()) for c in kinds.get("audit_losses", {}).values())
+        twice = sum(kinds.get("audit_duplicates", {}).get("duplicate_effect", {}).values())
+        if lost:
+            out.append(f"{name}: {lost} lost message(s)")
+        if twice:
+            out.append(f"{name}: {twice} message(s) processed twice")
+    return out
+
+
 def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
     found = {**audited["duplicates"], **audited["losses"]}
     found["dead_lettered"] = audited["dead_letters"]["total"]
@@ -172,7 +186,7 @@ def build_summary(
             "dry_run": dry.get("by_status", {}),
             "real": real.get("by_status", {}),
         },
-        "problems": found.get("problems", []),
+        "problems": [*found.get("problems", []), *_cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",
         "reports": {

@@ -80,6 +80,7 @@ def test_the_truth_check_counts_the_dag_and_the_other_clusters(tmp_path: Path) -
     assert s["duplicates_by_cause"] == {"offset_not_committed": 2, "producer_resend": 2}
     assert s["messages"]["stored_rows_ingested_other_clusters"] == 30
     assert s["audited"]["other_clusters"] == {"crash": clusters["crash"]["lake"]}
+    assert s["problems"] == ["crash: 2 lost message(s)"]
     assert "lost_after_ack 2/2" in format_summary(s) and "MISMATCH" not in format_summary(s)
 
 
