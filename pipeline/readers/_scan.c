@@ -1,19 +1,19 @@
 /* CommitLog message units -> Arrow column buffers: the pipeline reader's kernel (module
  * pipeline.readers._scan; its Python side and pure twin are in pipeline/readers/unit_batch.py).
  *
- * scan(buf, file_from, pos, stop, max_units, max_bytes) follows the TOTALSIZE chain from the
- * unit boundary `pos` while units are structurally valid (record_codec.check_unit without the
- * CRC, plus PHYSICALOFFSET == its own log offset) and start before `stop`, and decodes them in
- * two passes: the first checks and measures, the second copies every field once into
- * column buffers (bytearrays in Arrow's layout). Body CRCs use the store's CRC-32 kernel
- * (_accel_crc.c, compiled in). Text that is not UTF-8 is decoded with replacement, as
- * bytes.decode(errors="replace") does, and its rows are listed. Properties are parsed as
- * message.string_to_properties does: items without \x01 are skipped, a repeated name keeps
- * its first place and its last value.
+ * scan(buf, file_from, pos, stop, max_units, max_bytes, names) follows the TOTALSIZE chain
+ * from the unit boundary `pos` while units are structurally valid (record_codec.check_unit
+ * without the CRC, plus PHYSICALOFFSET == its own log offset) and start before `stop`, and
+ * copies every field of each once into column buffers in Arrow's layout, in one pass. Body
+ * CRCs use the store's CRC-32 kernel (_accel_crc.c, compiled in). Text that is not UTF-8 is
+ * decoded with replacement, as bytes.decode(errors="replace") does, and its rows are listed.
+ * Properties are parsed as message.string_to_properties does: items without \x01 are
+ * skipped, a repeated name keeps its first place and its last value; the values of `names`
+ * (a tuple of bytes) also get a column each.
  *
  * Returns (end, full, n, columns, bad_text_rows): `end` is where the walk stopped (the first
  * unit not taken), `full` whether it stopped for max_units/max_bytes; see COLUMNS in
- * unit_batch.py for the order of `columns`.
+ * unit_batch.py for the order of `columns`, then 3 per name (validity, offsets, text).
  */
 #include "_accel.h"
 
@@ -214,9 +214,14 @@ static PyTypeObject Buf_Type = {
     .tp_doc = "A column buffer of one scan (read-only).",
 };
 
+/* After the fixed columns: 3 per picked property (validity bitmap, offsets, text). */
+#define MAX_PICKED 16
+#define ALL_COLUMNS (N_COLUMNS + 3 * MAX_PICKED)
+
 typedef struct {
-    Buf *obj[N_COLUMNS];
-    Py_ssize_t len[N_COLUMNS]; /* bytes used (growable text columns) */
+    Buf *obj[ALL_COLUMNS];
+    Py_ssize_t len[ALL_COLUMNS]; /* bytes used (growable text columns) */
+    int count;                    /* columns in use */
 } Columns;
 
 static char *col(Columns *c, int i) { return c->obj[i]->data; }
@@ -289,7 +294,7 @@ static int append_text(Columns *c, int off, int data, Py_ssize_t row, const void
         return -1;
     }
     if (reserve(c, data, n) < 0) return -1;
-    memcpy(col(c, data) + c->len[data], s, (size_t)n);
+    if (n > 0) memcpy(col(c, data) + c->len[data], s, (size_t)n);
     c->len[data] += n;
     put_i32(c, off, row + 1, (int32_t)c->len[data]);
     return 0;
@@ -377,6 +382,9 @@ typedef struct {
     Py_ssize_t cap, scratch_cap;
     Entry **scratch;
     Py_ssize_t count; /* map entries so far */
+    int picked;       /* names whose values also get a column of their own */
+    const char *name[MAX_PICKED];
+    Py_ssize_t name_len[MAX_PICKED];
 } Props;
 
 /* Parse `k\x01v\x02...` of one unit into the map columns. */
@@ -407,9 +415,13 @@ static int append_props(Columns *c, Py_ssize_t row, const unsigned char *s, Py_s
         PyErr_NoMemory();
         return -1;
     }
+    const Entry *hit[MAX_PICKED] = {NULL};
     for (Py_ssize_t i = 0; i < k; i++) {
         Entry *e = &pr->entries[i];
         if (e->dropped) continue;
+        for (int j = 0; j < pr->picked; j++)
+            if (e->key_len == pr->name_len[j] && memcmp(e->key, pr->name[j], (size_t)e->key_len) == 0)
+                hit[j] = e;
         if (pr->count + 2 > INT32_MAX / 4) {
             PyErr_SetString(PyExc_OverflowError, "too many properties in one batch");
             return -1;
@@ -422,11 +434,18 @@ static int append_props(Columns *c, Py_ssize_t row, const unsigned char *s, Py_s
             return -1;
     }
     put_i32(c, C_MAP_OFF, row + 1, (int32_t)pr->count);
+    for (int j = 0; j < pr->picked; j++) {
+        int at = N_COLUMNS + 3 * j;
+        if (hit[j] != NULL) col(c, at)[row / 8] |= (char)(1 << (row % 8));
+        if (append_text(c, at + 1, at + 2, row, hit[j] ? hit[j]->value : NULL,
+                        hit[j] ? hit[j]->value_len : 0) < 0)
+            return -1;
+    }
     return 0;
 }
 
 /* Columns sized for `cap` units (fixed ones) or `hint` bytes (text, growable). */
-static int alloc_columns(Columns *c, Py_ssize_t cap, Py_ssize_t hint) {
+static int alloc_columns(Columns *c, Py_ssize_t cap, Py_ssize_t hint, int picked) {
     static const int i32[] = {C_TOTAL, C_CRC, C_QUEUE_ID, C_FLAG, C_SYS_FLAG, C_RECONSUME,
                               C_BODY_LEN};
     static const int i64[] = {C_PHYS, C_QUEUE_OFFSET, C_BORN_TS, C_STORE_TS, C_PTX};
@@ -447,14 +466,23 @@ static int alloc_columns(Columns *c, Py_ssize_t cap, Py_ssize_t hint) {
         alloc_col(c, C_KEY, 32 * cap) < 0 || alloc_col(c, C_VALUE, 64 * cap) < 0)
         return -1;
     memset(col(c, C_CRC_OK), 0, (size_t)(cap + 7) / 8);
+    for (int j = 0; j < picked; j++) {
+        int at = N_COLUMNS + 3 * j;
+        if (alloc_col(c, at, (cap + 7) / 8) < 0 || alloc_col(c, at + 1, 4 * (cap + 1)) < 0 ||
+            alloc_col(c, at + 2, 16 * cap) < 0)
+            return -1;
+        memset(col(c, at), 0, (size_t)(cap + 7) / 8);
+        put_i32(c, at + 1, 0, 0);
+    }
+    c->count = N_COLUMNS + 3 * picked;
     return 0;
 }
 
 /* Cut every column to what `n` units used. */
 static int trim_columns(Columns *c, Py_ssize_t n) {
-    for (int i = 0; i < N_COLUMNS; i++) {
+    for (int i = 0; i < c->count; i++) {
         Py_ssize_t len;
-        switch (i) {
+        switch (i < N_COLUMNS ? i : N_COLUMNS + (i - N_COLUMNS) % 3) {
         case C_TOTAL: case C_CRC: case C_QUEUE_ID: case C_FLAG: case C_SYS_FLAG:
         case C_RECONSUME: case C_BODY_LEN:
             len = 4 * n;
@@ -470,7 +498,11 @@ static int trim_columns(Columns *c, Py_ssize_t n) {
             len = ID_LEN * n;
             break;
         case C_CRC_OK:
+        case N_COLUMNS: /* a picked property's validity */
             len = (n + 7) / 8;
+            break;
+        case N_COLUMNS + 1: /* its offsets */
+            len = 4 * (n + 1);
             break;
         default: /* text data, and the entries' offsets */
             len = c->len[i];
@@ -518,11 +550,12 @@ static int emit(Columns *c, Py_ssize_t r, const Unit *u, int64_t phys, HostCache
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long file_from, pos, stop, max_units, max_bytes;
-    if (!PyArg_ParseTuple(args, "y*LLLLL:scan", &view, &file_from, &pos, &stop, &max_units,
-                          &max_bytes))
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*LLLLLO!:scan", &view, &file_from, &pos, &stop, &max_units,
+                          &max_bytes, &PyTuple_Type, &names))
         return NULL;
     if (file_from < 0 || pos < 0 || stop < 0 || max_units < 1 || max_units > (1 << 24) ||
-        max_bytes < 1 || max_bytes > INT32_MAX) {
+        max_bytes < 1 || max_bytes > INT32_MAX || PyTuple_GET_SIZE(names) > MAX_PICKED) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "scan: an argument is out of range");
         return NULL;
@@ -533,11 +566,22 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Columns c;
     memset(&c, 0, sizeof(c));
     HostCache born = {NULL, {0}, 0}, store = {NULL, {0}, 0};
-    Props pr = {NULL, 0, 0, NULL, 0};
+    Props pr;
+    memset(&pr, 0, sizeof(pr));
     Py_ssize_t n = 0;
     int full = 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
+        PyObject *name = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "scan: property names must be bytes");
+            goto done;
+        }
+        pr.name[j] = PyBytes_AS_STRING(name), pr.name_len[j] = PyBytes_GET_SIZE(name);
+        pr.picked++;
+    }
     if (hint > max_bytes || hint < 0) hint = max_bytes;
-    if (bad_rows == NULL || alloc_columns(&c, (Py_ssize_t)max_units, (Py_ssize_t)hint) < 0)
+    if (bad_rows == NULL ||
+        alloc_columns(&c, (Py_ssize_t)max_units, (Py_ssize_t)hint, pr.picked) < 0)
         goto done;
     Unit u;
     while (pos < stop && valid_head(&u, buf, size, file_from, pos)) {
@@ -572,13 +616,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     _mm_sfence(); /* the streamed copies are visible to whoever reads the columns */
 #endif
     if (trim_columns(&c, n) < 0) goto done;
-    PyObject *columns = PyTuple_New(N_COLUMNS);
+    PyObject *columns = PyTuple_New(c.count);
     if (columns == NULL) goto done;
-    for (int i = 0; i < N_COLUMNS; i++)
+    for (int i = 0; i < c.count; i++)
         PyTuple_SET_ITEM(columns, i, (PyObject *)c.obj[i]), c.obj[i] = NULL;
     result = Py_BuildValue("(LNnNO)", (long long)pos, PyBool_FromLong(full), n, columns, bad_rows);
 done:
-    for (int i = 0; i < N_COLUMNS; i++) Py_XDECREF(c.obj[i]);
+    for (int i = 0; i < ALL_COLUMNS; i++) Py_XDECREF(c.obj[i]);
     PyMem_Free(pr.entries);
     PyMem_Free(pr.scratch);
     Py_XDECREF(bad_rows);

@@ -8,7 +8,8 @@ broker's record codec per unit: slow) runs where the kernel was not built or
 MQAUDIT_STORE_PURE=1 is set, and is the reference the tests hold the kernel to.
 
 Text that is not UTF-8 is kept decoded with replacement (its rows are listed); properties
-read as `string_to_properties` reads them (a repeated name: first place, last value).
+read as `string_to_properties` reads them (a repeated name: first place, last value), and the
+ones in PICKED also come as columns of their own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from broker_runtime.common.message import string_to_properties
+from broker_runtime.common.message import (
+    DELAY,
+    KEYS,
+    ORIGIN_MESSAGE_ID,
+    REAL_TOPIC,
+    RETRY_TOPIC,
+    TAGS,
+    UNIQ_KEY,
+    string_to_properties,
+)
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.accel import PURE_ENV
 from pipeline.schemas import RAW_MESSAGE, arrow_schema
@@ -36,6 +46,17 @@ COLUMNS = (
     "reconsume", "ptx", "body_len", "body_off", "body", "topic_off", "topic", "map_off",
     "key_off", "key", "value_off", "value",
 )  # fmt: skip
+# RAW_MESSAGE's `prop_*` columns: property name by column.
+PICKED = {
+    "prop_uniq_key": UNIQ_KEY,
+    "prop_keys": KEYS,
+    "prop_tags": TAGS,
+    "prop_retry_topic": RETRY_TOPIC,
+    "prop_real_topic": REAL_TOPIC,
+    "prop_origin_message_id": ORIGIN_MESSAGE_ID,
+    "prop_delay": DELAY,
+}
+_NAMES = tuple(name.encode() for name in PICKED.values())
 _RAW_ARROW = arrow_schema(RAW_MESSAGE)
 _MAP = _RAW_ARROW.field("properties").type
 
@@ -47,7 +68,7 @@ def _load_kernel() -> Any:
         mod = importlib.import_module("pipeline.readers._scan")
     except ImportError:
         return None
-    return mod if mod.N_COLUMNS == len(COLUMNS) else None
+    return mod if mod.N_COLUMNS == len(COLUMNS) else None  # else: built from other sources
 
 
 @dataclass(frozen=True)
@@ -58,7 +79,7 @@ class Units:
     end: int
     full: bool
     n: int
-    buffers: tuple[Any, ...]  # bytes-likes in COLUMNS order
+    buffers: tuple[Any, ...]  # bytes-likes in COLUMNS order, then 3 per PICKED name
     bad_text: list[int]  # rows whose topic or properties were not UTF-8
 
     def column(self, name: str, dtype: type[np.generic]) -> np.ndarray[Any, Any]:
@@ -76,7 +97,7 @@ class Units:
     def to_batch(self, broker: str, broker_id: int) -> pa.RecordBatch:
         """The RAW_MESSAGE record batch (zero-copy over the buffers)."""
         n = self.n
-        b = dict(zip(COLUMNS, (pa.py_buffer(x) for x in self.buffers), strict=True))
+        b = dict(zip(COLUMNS, map(pa.py_buffer, self.buffers[: len(COLUMNS)]), strict=True))
 
         def fixed(kind: pa.DataType, name: str) -> pa.Array:
             return pa.Array.from_buffers(kind, n, [None, b[name]])
@@ -116,13 +137,22 @@ class Units:
             text(pa.string(), "topic_off", "topic"),
             properties,
         ]
+        for i in range(len(PICKED)):
+            validity, offsets, data = self.buffers[len(COLUMNS) + 3 * i : len(COLUMNS) + 3 * i + 3]
+            columns.append(
+                pa.Array.from_buffers(
+                    pa.string(), n, [pa.py_buffer(x) for x in (validity, offsets, data)]
+                )
+            )
         return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)
 
 
 def scan_units(data: Any, file_from: int, pos: int, stop: int, max_units: int = MAX_UNITS) -> Units:
     """The valid units of `data` (a segment's bytes) from `pos` that start before `stop`."""
     if _KERNEL is not None:
-        end, full, n, buffers, bad = _KERNEL.scan(data, file_from, pos, stop, max_units, MAX_BYTES)
+        end, full, n, buffers, bad = _KERNEL.scan(
+            data, file_from, pos, stop, max_units, MAX_BYTES, _NAMES
+        )
         return Units(end, full, n, buffers, bad)
     return scan_units_py(data, file_from, pos, stop, max_units)
 
@@ -146,7 +176,7 @@ def scan_units_py(
 ) -> Units:
     """`scan_units` in Python (the C kernel's twin)."""
     view = memoryview(data)
-    cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    cols: dict[str, list[Any]] = {name: [] for name in (*COLUMNS, "properties")}
     bad: list[int] = []
     taken = 0
     full = False
@@ -173,8 +203,7 @@ def scan_units_py(
             "msg_id": (h[12] + h[13].to_bytes(4, "big", signed=True) + h[6].to_bytes(8, "big"))
             .hex().upper().encode(),
             "born_host": _host(h[9], h[10]), "store_host": _host(h[12], h[13]),
-            "key": [k.encode() for k in string_to_properties(props)],
-            "value": [v.encode() for v in string_to_properties(props).values()],
+            "properties": string_to_properties(props),
         }  # fmt: skip
         for name, value in values.items():
             cols[name].append(value)
@@ -190,10 +219,16 @@ def scan_units_py(
     out["msg_id"] = b"".join(cols["msg_id"])
     for name in ("born_host", "store_host", "body", "topic"):
         out[f"{name}_off"], out[name] = _offsets(cols[name])
-    out["map_off"] = _cumsum([len(k) for k in cols["key"]])
-    out["key_off"], out["key"] = _offsets([k for ks in cols["key"] for k in ks])
-    out["value_off"], out["value"] = _offsets([v for vs in cols["value"] for v in vs])
-    return Units(pos, full, n, tuple(out[name] for name in COLUMNS), bad)
+    maps = cols["properties"]
+    out["map_off"] = _cumsum([len(p) for p in maps])
+    out["key_off"], out["key"] = _offsets([k.encode() for p in maps for k in p])
+    out["value_off"], out["value"] = _offsets([v.encode() for p in maps for v in p.values()])
+    picked = []
+    for name in PICKED.values():
+        found = [p.get(name) for p in maps]
+        valid = np.packbits(np.array([v is not None for v in found], bool), bitorder="little")
+        picked += [valid.tobytes(), *_offsets([(v or "").encode() for v in found])]
+    return Units(pos, full, n, tuple(out[name] for name in COLUMNS) + tuple(picked), bad)
 
 
 def _host(ip: bytes, port: int) -> bytes:
