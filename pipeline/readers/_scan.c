@@ -158,8 +158,8 @@ typedef struct {
     Py_ssize_t size, cap;
 } Buf;
 
-#define POOL_SLOTS 32
-#define POOL_MIN (256 * 1024)
+#define POOL_SLOTS 256 /* a batch has about 50 columns; a few batches are alive at once */
+#define POOL_MIN 4096
 #define POOL_MAX_BYTES ((Py_ssize_t)256 << 20)
 static struct {
     char *data;
@@ -287,14 +287,33 @@ static void stream_copy(char *dst, const unsigned char *src, size_t n) {
     memcpy(dst, src, n);
 }
 
+/* memcpy for the short fields (names, keys, hosts): no call for up to 32 bytes. */
+static inline void copy_short(char *dst, const void *src, Py_ssize_t n) {
+    const char *s = src;
+    uint64_t a, b, x, y;
+    if (n >= 16 && n <= 32) {
+        memcpy(&a, s, 8), memcpy(&b, s + 8, 8), memcpy(&x, s + n - 16, 8), memcpy(&y, s + n - 8, 8);
+        memcpy(dst, &a, 8), memcpy(dst + 8, &b, 8), memcpy(dst + n - 16, &x, 8);
+        memcpy(dst + n - 8, &y, 8);
+    } else if (n >= 8 && n < 16) {
+        memcpy(&a, s, 8), memcpy(&b, s + n - 8, 8);
+        memcpy(dst, &a, 8), memcpy(dst + n - 8, &b, 8);
+    } else if (n < 8) {
+        for (Py_ssize_t i = 0; i < n; i++) dst[i] = s[i];
+    } else {
+        memcpy(dst, s, (size_t)n);
+    }
+}
+
 /* Append s[0:n] to text column `data`, whose int32 offsets column `off` gets its end. */
-static int append_text(Columns *c, int off, int data, Py_ssize_t row, const void *s, Py_ssize_t n) {
+static inline int append_text(Columns *c, int off, int data, Py_ssize_t row, const void *s,
+                              Py_ssize_t n) {
     if (c->len[data] + n > INT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "a text column passed 2 GiB");
         return -1;
     }
-    if (reserve(c, data, n) < 0) return -1;
-    if (n > 0) memcpy(col(c, data) + c->len[data], s, (size_t)n);
+    if (c->len[data] + n > c->obj[data]->cap && reserve(c, data, n) < 0) return -1;
+    copy_short(col(c, data) + c->len[data], s, n);
     c->len[data] += n;
     put_i32(c, off, row + 1, (int32_t)c->len[data]);
     return 0;
@@ -315,6 +334,7 @@ static int append_body(Columns *c, Py_ssize_t row, const unsigned char *s, Py_ss
 
 typedef struct {
     const unsigned char *host;
+    uint64_t last; /* the 8 bytes `text` was made from */
     char text[HOST_MAX];
     int len;
 } HostCache;
@@ -322,7 +342,10 @@ typedef struct {
 /* `a.b.c.d:port` of an 8-byte host (IPv4 + i32 port), as decode_host gives it. */
 static int append_host(Columns *c, int off, int data, Py_ssize_t row, const unsigned char *h,
                        HostCache *cache) {
-    if (cache->host == NULL || memcmp(cache->host, h, 8) != 0) {
+    uint64_t host;
+    memcpy(&host, h, 8);
+    if (cache->host == NULL || host != cache->last) {
+        cache->last = host;
         cache->len = snprintf(cache->text, HOST_MAX, "%u.%u.%u.%u:%d", (unsigned)h[0], (unsigned)h[1],
                               (unsigned)h[2], (unsigned)h[3], (int)be32(h + 4));
         cache->host = h;
@@ -415,12 +438,14 @@ static int append_props(Columns *c, Py_ssize_t row, const unsigned char *s, Py_s
         PyErr_NoMemory();
         return -1;
     }
-    const Entry *hit[MAX_PICKED] = {NULL};
+    const Entry *hit[MAX_PICKED];
+    for (int j = 0; j < pr->picked; j++) hit[j] = NULL;
     for (Py_ssize_t i = 0; i < k; i++) {
         Entry *e = &pr->entries[i];
         if (e->dropped) continue;
         for (int j = 0; j < pr->picked; j++)
-            if (e->key_len == pr->name_len[j] && memcmp(e->key, pr->name[j], (size_t)e->key_len) == 0)
+            if (e->key_len == pr->name_len[j] && e->key_len > 0 && e->key[0] == pr->name[j][0] &&
+                memcmp(e->key, pr->name[j], (size_t)e->key_len) == 0)
                 hit[j] = e;
         if (pr->count + 2 > INT32_MAX / 4) {
             PyErr_SetString(PyExc_OverflowError, "too many properties in one batch");
@@ -565,7 +590,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *result = NULL, *bad_rows = PyList_New(0);
     Columns c;
     memset(&c, 0, sizeof(c));
-    HostCache born = {NULL, {0}, 0}, store = {NULL, {0}, 0};
+    HostCache born = {NULL, 0, {0}, 0}, store = {NULL, 0, {0}, 0};
     Props pr;
     memset(&pr, 0, sizeof(pr));
     Py_ssize_t n = 0;

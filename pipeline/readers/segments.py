@@ -132,9 +132,11 @@ class SegmentWalker:
         return bool(magic == codec.BLANK_MAGIC and total == self.size - pos)
 
     def first_nonzero(self, start: int) -> int | None:
-        pos = start
-        while pos < self.size:
-            nz = np.flatnonzero(self.arr[pos : min(self.size, pos + _ZERO_CHUNK)])
+        """The first non-zero byte at or after `start`: none past the data end, so the zeros
+        of a segment's unwritten part (most of the last one) are never read."""
+        pos, end = start, self.data_end()
+        while pos < end:
+            nz = np.flatnonzero(self.arr[pos : min(end, pos + _ZERO_CHUNK)])
             if len(nz):
                 return pos + int(nz[0])
             pos += _ZERO_CHUNK
