@@ -26,12 +26,12 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 from pyspark.sql.types import StructType
 
-from pipeline.schemas import arrow_schema, struct_of
+from pipeline.schemas import arrow_schema
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-# What a worker reports of each data file it wrote (the driver commits them).
-DATA_FILE = struct_of("path:str, size:long, modified:long, partition_values:str, stats:str")
-_DATA_FILE_ARROW = arrow_schema(DATA_FILE)
+# What is known of a data file when it is committed (a DataFile row): path (relative to the
+# table root), size, modified (epoch ms), partition_values (JSON), stats (Delta's JSON).
+DataFile = dict[str, Any]
 
 
 def stage_dir(table_path: str) -> str:
@@ -45,7 +45,7 @@ def parquet_files(directory: str) -> list[str]:
 
 class PartitionedWriter:
     """Writes Arrow batches of a table as parquet files under `stage`, one file per partition
-    value; `close` returns a DATA_FILE row per file. No dictionaries (most columns of a
+    value; `close` returns a DataFile row per file. No dictionaries (most columns of a
     message are unique: building them costs more than they save); no statistics for binary
     columns (bodies)."""
 
@@ -93,7 +93,7 @@ class PartitionedWriter:
             out.append(([g[k] for k in keys], batch.take(pa.array(g["row_list"]))))
         return out
 
-    def close(self) -> pa.RecordBatch:
+    def close(self) -> list[DataFile]:
         rows = []
         for key, (path, writer) in self.writers.items():
             writer.close()
@@ -109,7 +109,7 @@ class PartitionedWriter:
                 }
             )
         self.writers.clear()
-        return pa.RecordBatch.from_pylist(rows, schema=_DATA_FILE_ARROW)
+        return rows
 
 
 def commit(
@@ -121,7 +121,7 @@ def commit(
     txn: tuple[str, int] | None,
     partition_filters: list[tuple[str, str, str]] | None = None,
 ) -> int:
-    """Commit the DATA_FILE rows' files in one transaction (creating the table if there is
+    """Commit the DataFile rows' files in one transaction (creating the table if there is
     none); returns their rows."""
     adds = [add_action(f) for f in files]
     props = CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
@@ -176,13 +176,13 @@ def read_arrow(path: str, schema: StructType) -> pa.Table:
 
 
 def add_action(row: dict[str, Any]) -> AddAction:
-    """The `add` action of a DATA_FILE row (delta-rs percent-encodes the path itself)."""
+    """The `add` action of a DataFile row (delta-rs percent-encodes the path itself)."""
     values = json.loads(row["partition_values"])
     return AddAction(row["path"], row["size"], values, row["modified"], True, row["stats"])
 
 
 def spark_file_row(table_path: str, file: str, partition_by: Sequence[str]) -> dict[str, Any]:
-    """The DATA_FILE row of a parquet file Spark wrote under the table root."""
+    """The DataFile row of a parquet file Spark wrote under the table root."""
     rel = os.path.relpath(file, table_path)
     values: dict[str, str | None] = {}
     for part in rel.split("/")[:-1]:

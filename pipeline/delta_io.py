@@ -4,7 +4,8 @@
   Spark does the compute. Large writes: Spark executors write plain parquet files into a
   fresh directory under the table root (`w-<uuid>/<partition dirs>`) - Spark's writer for a
   DataFrame, or, for rows made in the Python workers (`append_generated`), the workers
-  themselves with pyarrow, so those rows never cross into the JVM - then the driver commits
+  themselves with pyarrow in a plain RDD job, so those rows never cross into the JVM - then
+  the driver commits
   them all in ONE delta-rs commit of `add` actions (sizes, row counts and min/max of numeric
   columns from the parquet footers; see pipeline.delta_files). Nothing goes through the
   driver but file names and statistics. A failed job leaves only unreferenced files
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +36,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline.delta_files import (
-    DATA_FILE,
     PartitionedWriter,
     commit,
     current_files,
@@ -223,16 +223,14 @@ class DeltaIO:
         stage = stage_dir(path)
         target = arrow_schema(schema)
 
-        def write(task_batches: Iterator[list[dict[str, Any]]]) -> Iterator[pa.RecordBatch]:
+        def write(part: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             writer = PartitionedWriter(path, stage, target, partition_by)
-            for batch in task_batches:
-                for task in batch:
-                    for out in produce(task):
-                        writer.write(out)
-            yield writer.close()
+            for task in part:
+                for out in produce(task):
+                    writer.write(out)
+            return writer.close()
 
-        made = _each_task(self.spark, tasks, write, DATA_FILE, slices)
-        files = [r.asDict() for r in made.collect()]
+        files = run_tasks(self.spark, tasks, write, slices)
         n = self._commit(path, schema, partition_by, files, "append", txn)
         if n == 0:
             shutil.rmtree(stage, ignore_errors=True)
@@ -342,7 +340,7 @@ class DeltaIO:
     def _write_files(
         self, df: DataFrame, path: str, partition_by: Sequence[str]
     ) -> tuple[str, list[dict[str, Any]]]:
-        """Spark writes the data files under a fresh directory of the table: (it, DATA_FILE
+        """Spark writes the data files under a fresh directory of the table: (it, DataFile
         rows of the files)."""
         stage = stage_dir(path)
         w = df.write.mode("errorifexists").partitionBy(*partition_by)
@@ -361,7 +359,7 @@ class DeltaIO:
         txn: tuple[str, int] | None,
         partition_filters: list[tuple[str, str, str]] | None = None,
     ) -> int:
-        """Commit the DATA_FILE rows' files in one transaction; returns their rows. An append
+        """Commit the DataFile rows' files in one transaction; returns their rows. An append
         of no rows commits nothing (an empty commit would only be noise in the history)."""
         if mode == "append" and not sum(rows_of(f["stats"]) for f in files):
             self.ensure_table(path, schema, partition_by)
@@ -385,6 +383,19 @@ def _is_empty_table(path: str) -> bool:
     return not table_exists(path) or not DeltaTable(path).file_uris()
 
 
+def run_tasks(
+    spark: SparkSession,
+    tasks: Sequence[dict[str, Any]],
+    fn: Callable[[Iterable[dict[str, Any]]], list[Any]],
+    slices: int | None = None,
+) -> list[Any]:
+    """What `fn` returns for each slice of the tasks, run in the Python workers (`slices`
+    Spark tasks, default one per task). A plain RDD job: no query to plan or compile, which
+    on a fresh JVM costs more than the job itself."""
+    n = max(1, min(len(tasks), slices or len(tasks)))
+    return spark.sparkContext.parallelize(list(tasks), n).mapPartitions(fn).collect()
+
+
 def generated(
     spark: SparkSession,
     tasks: Sequence[dict[str, Any]],
@@ -393,29 +404,14 @@ def generated(
     slices: int | None = None,
 ) -> DataFrame:
     """The `schema` batches `produce` makes for each task in the Python workers, as a
-    DataFrame (`slices` Spark tasks, default one per task)."""
-
-    def run(task_batches: Iterator[list[dict[str, Any]]]) -> Iterator[pa.RecordBatch]:
-        for batch in task_batches:
-            for task in batch:
-                yield from produce(task)
-
-    return _each_task(spark, tasks, run, schema, slices)
-
-
-def _each_task(
-    spark: SparkSession,
-    tasks: Sequence[dict[str, Any]],
-    fn: Callable[[Iterator[list[dict[str, Any]]]], Iterator[pa.RecordBatch]],
-    schema: StructType,
-    slices: int | None,
-) -> DataFrame:
-    """`fn` over the tasks in `slices` Spark tasks. The tasks travel in the closure and the
-    Spark tasks get their indexes from `range` (a JVM source: no Python worker to start it)."""
+    DataFrame (`slices` Spark tasks, default one per task). The tasks travel in the closure
+    and the Spark tasks get their indexes from `range` (a JVM source)."""
     items = list(tasks)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from fn([items[i] for i in b.column("id").to_pylist()] for b in batches)
+        for b in batches:
+            for i in b.column("id").to_pylist():
+                yield from produce(items[i])
 
     ids = spark.range(0, len(items), 1, max(1, min(len(items), slices or len(items))))
     return ids.mapInArrow(run, schema)

@@ -8,14 +8,14 @@ through an accumulator keyed by range, so a retried task cannot count twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from pipeline import schemas as S
-from pipeline.delta_io import DeltaIO, generated
+from pipeline.delta_io import DeltaIO, run_tasks
 from pipeline.jobs.checkpoint import TXN_APP
 from pipeline.readers.commitlog import RangeTask, read_range, summary
 from pipeline.readers.message_rows import to_messages
@@ -53,8 +53,14 @@ def ingest_log(
     txn = (TXN_APP, run)
     n = io.append_generated(rows, produce, path, S.MESSAGES, S.MESSAGES_PARTITIONS, txn)
     if n < 0:  # a resumed run whose messages are in: walk again for the summaries
-        walk = generated(io.spark, rows, produce, S.MESSAGES)
-        walk.write.format("noop").mode("overwrite").save()
+
+        def walk(part: Iterable[dict[str, Any]]) -> list[None]:
+            for row in part:
+                for _ in produce(row):
+                    pass
+            return []
+
+        run_tasks(io.spark, rows, walk)
     return n
 
 
