@@ -296,7 +296,7 @@ def main() -> int:
             "parse / raw read",
             parse["parse_ratio_to_raw_read"],
             f">= 0.25 (load {parse['load_average']:.1f})",
-        ),  # fmt: skip
+        ),
         ("parse / raw read, CPU", parse["parse_cpu_ratio_to_raw_read"], "(per CPU-second)"),
         ("parse / device read", parse["parse_ratio_to_device_read"], "(O_DIRECT reads)"),
         ("load average (1 min)", round(os.getloadavg()[0], 1), "(2 cores)"),
