@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
-from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand
+from broker_runtime.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from broker_runtime.remoting.framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameError, encode
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,12 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._writable = asyncio.Event()
         self._writable.set()
+        self._paused = False  # the hot path reads this, not the Event
         self._closed = asyncio.Event()
+        self._is_closed = False
+        self._held: list[bytes] | None = None  # frames written while a read is handled
         self.peer = "?"
+        self.peer_addr: tuple[str, int] | None = None
         self.close_reason: str | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -60,7 +64,9 @@ class Connection(asyncio.Protocol):
         # A stream transport; uvloop's are not asyncio.Transport subclasses, so no isinstance.
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+            self.peer_addr = (peer[0], peer[1])
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -69,13 +75,20 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: malformed frame: %s", self.peer, e)
             self.close(f"malformed frame: {e}")
             return
-        for cmd in commands:
-            if cmd.is_response:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            elif self._on_request is not None:
-                self._on_request(cmd, self)
+        if len(commands) > 1:  # pipelined requests: their answers leave in one write
+            self._held = []
+        try:
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                elif self._on_request is not None:
+                    self._on_request(cmd, self)
+        finally:
+            held, self._held = self._held, None
+            if held and self._transport is not None and not self._transport.is_closing():
+                self._transport.write(b"".join(held))
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self.close_reason or (f"connection lost: {exc}" if exc else "closed by peer")
@@ -84,28 +97,36 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(ConnectionClosedError(f"{self.peer}: {reason}"))
         self._pending.clear()
+        self._paused = False
         self._writable.set()
+        self._is_closed = True
         self._closed.set()
 
     def pause_writing(self) -> None:
+        self._paused = True
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self._paused = False
         self._writable.set()
 
     # -- the handle ------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._is_closed
 
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame (a response, or a request whose answer nobody waits for)."""
-        if self._transport is None or self._transport.is_closing():
+        transport = self._transport
+        if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"{self.peer}: {self.close_reason or 'closed'}")
-        self._transport.write(encode(cmd))
+        if self._held is not None:
+            self._held.append(encode(cmd))
+        else:
+            transport.write(encode(cmd))
 
     async def drain(self) -> None:
-        if not self._writable.is_set():
+        if self._paused:
             await self._writable.wait()
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -118,7 +139,8 @@ class Connection(asyncio.Protocol):
         timer = loop.call_later(timeout, _expire, fut)
         try:
             self.send(cmd)
-            await self.drain()
+            if self._paused:
+                await self._writable.wait()
             return await fut
         except TimeoutError:
             raise RemotingTimeoutError(
