@@ -148,7 +148,7 @@ class Connection(asyncio.Protocol):
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send `cmd` and wait for the response with its opaque."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()  # get_running_loop: a getpid() each
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[cmd.opaque] = fut
         # A timer on the future rather than asyncio.wait_for: no extra future and callback
