@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py
+	$(PY) benchmarks/workload_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:

@@ -8,7 +8,7 @@ pure-Python kernels.
 from setuptools import Extension, setup
 
 STORE = "broker_runtime/store"
-SOURCES = ["module", "prepare", "encode", "dispatch", "crc"]  # _accel_<name>.c
+SOURCES = ["module", "prepare", "encode", "rows", "dispatch", "crc"]  # _accel_<name>.c
 
 setup(
     ext_modules=[
