@@ -81,8 +81,6 @@ class QueueActivity:
         for d in deliveries:
             end = d.finished_at if d.finished_at is not None else d.received_at
             self._spans.setdefault(self.key(d.client, d), []).append((d.received_at, end))
-        for spans in self._spans.values():
-            spans.sort()
 
     @staticmethod
     def key(client: str, d: Delivery) -> QueueKey:
