@@ -9,6 +9,7 @@ pure-Python kernels (the reader: its pure twin in unit_batch.py).
 from setuptools import Extension, setup
 
 STORE = "broker_runtime/store"
+READERS = "pipeline/readers"
 SOURCES = ["module", "prepare", "encode", "rows", "dispatch", "crc"]  # _accel_<name>.c
 
 setup(
@@ -23,8 +24,8 @@ setup(
         ),
         Extension(
             "pipeline.readers._scan",
-            sources=["pipeline/readers/_scan.c", f"{STORE}/_accel_crc.c"],
-            depends=[f"{STORE}/_accel.h"],
+            sources=[f"{READERS}/_scan.c", f"{READERS}/_scan_columns.c", f"{STORE}/_accel_crc.c"],
+            depends=[f"{READERS}/_scan.h", f"{STORE}/_accel.h"],
             include_dirs=[STORE],
             libraries=["z"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

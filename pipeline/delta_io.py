@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -46,10 +46,9 @@ from pipeline.delta_files import (
     stage_dir,
 )
 from pipeline.schemas import arrow_schema
+from pipeline.spark_tasks import Producer, generated, run_tasks
 
 BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
-# Makes one task's batches (run in a Spark Python worker): see DeltaIO.append_generated.
-Producer = Callable[[dict[str, Any]], Iterator[pa.RecordBatch]]
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
 
@@ -381,37 +380,3 @@ def _sql_str(value: str) -> str:
 
 def _is_empty_table(path: str) -> bool:
     return not table_exists(path) or not DeltaTable(path).file_uris()
-
-
-def run_tasks(
-    spark: SparkSession,
-    tasks: Sequence[dict[str, Any]],
-    fn: Callable[[Iterable[dict[str, Any]]], list[Any]],
-    slices: int | None = None,
-) -> list[Any]:
-    """What `fn` returns for each slice of the tasks, run in the Python workers (`slices`
-    Spark tasks, default one per task). A plain RDD job: no query to plan or compile, which
-    on a fresh JVM costs more than the job itself."""
-    n = max(1, min(len(tasks), slices or len(tasks)))
-    return spark.sparkContext.parallelize(list(tasks), n).mapPartitions(fn).collect()
-
-
-def generated(
-    spark: SparkSession,
-    tasks: Sequence[dict[str, Any]],
-    produce: Producer,
-    schema: StructType,
-    slices: int | None = None,
-) -> DataFrame:
-    """The `schema` batches `produce` makes for each task in the Python workers, as a
-    DataFrame (`slices` Spark tasks, default one per task). The tasks travel in the closure
-    and the Spark tasks get their indexes from `range` (a JVM source)."""
-    items = list(tasks)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for i in b.column("id").to_pylist():
-                yield from produce(items[i])
-
-    ids = spark.range(0, len(items), 1, max(1, min(len(items), slices or len(items))))
-    return ids.mapInArrow(run, schema)

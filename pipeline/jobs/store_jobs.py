@@ -15,12 +15,13 @@ import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from pipeline import schemas as S
-from pipeline.delta_io import DeltaIO, run_tasks
+from pipeline.delta_io import DeltaIO
 from pipeline.jobs.checkpoint import TXN_APP
 from pipeline.readers.commitlog import RangeTask, read_range, summary
 from pipeline.readers.message_rows import to_messages
 from pipeline.readers.segments import WalkResult
 from pipeline.readers.store_files import CqFile, read_cq_file
+from pipeline.spark_tasks import run_tasks
 
 Summaries = dict[str, dict[str, Any]]
 
