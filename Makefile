@@ -8,7 +8,8 @@ DEMO_OUT ?= demo-out
 
 .PHONY: venv system-deps demo test check bench lock clean
 
-$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch])
+$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
+          $(wildcard pipeline/readers/_scan*.[ch])
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
@@ -43,6 +44,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py
+	$(PY) benchmarks/workload_bench.py
 	$(PY) benchmarks/audit_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
