@@ -2,7 +2,7 @@
 
 `scan_units` follows the TOTALSIZE chain from a unit boundary while units are structurally
 valid (the codec's check without the CRC, and PHYSICALOFFSET = their own log offset) and
-decodes them straight into Arrow buffers. The C kernel (_scan.c) does it in two passes over
+decodes them straight into Arrow buffers. The C kernel (_scan.c) does it in one pass over
 the mapped segment with no Python object per message. Its pure twin `scan_units_py` (the
 broker's record codec per unit: slow) runs where the kernel was not built or
 MQAUDIT_STORE_PURE=1 is set, and is the reference the tests hold the kernel to.
