@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 
 STORE = "broker_runtime/store"
 READERS = "pipeline/readers"
-SOURCES = ["module", "prepare", "encode", "dispatch", "crc"]  # _accel_<name>.c
+SOURCES = ["module", "prepare", "encode", "rows", "dispatch", "crc"]  # _accel_<name>.c
 
 setup(
     ext_modules=[

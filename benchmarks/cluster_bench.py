@@ -1,13 +1,20 @@
 """`make bench` (cluster part): this broker vs RabbitMQ vs Redis Streams, side by side.
 
-Each system runs on loopback in a temporary directory, started and stopped here (RabbitMQ
-is installed with apt-get when missing). Producers are separate processes, each sending
-1 KiB messages one at a time and waiting for the acknowledgement (RabbitMQ: persistent
-messages and a publisher confirm per publish; Redis: XADD; this broker: a sync send), for
-`--seconds`; batch sends are 64 messages per request (Redis: a pipeline of 64 XADDs). Then
-one consumer reads everything back (XREADGROUP + XACK, basic_consume + ack, push consumer).
-Last, `--messages` go end to end through this broker and every one is checked off.
-Figures and ratios are printed; the goals are reported, never asserted.
+Each system runs on loopback in a temporary directory, started and stopped here (the peers:
+peers.py). Producers are separate processes, each sending 1 KiB messages one at a time and
+waiting for the acknowledgement, for `--seconds`; batch sends are 64 messages per request
+(Redis: a pipeline of 64 XADDs). What an acknowledgement means:
+- this broker: a sync send, answered once the message is in the CommitLog; the cluster runs
+  with ASYNC flush (RocketMQ's default: the log is flushed every 500 ms, as Redis's
+  `appendfsync everysec`), no slaves unless `--slaves`. The single sends are repeated on a
+  SYNC-flush cluster (answered after the fdatasync, group commit), for the comparison with
+  RabbitMQ, which confirms a persistent message once it is on disk.
+- Redis: XADD (appendonly, fsync every second); RabbitMQ: durable queue, persistent
+  messages, a publisher confirm per publish.
+Then one consumer reads everything back (XREADGROUP + XACK, basic_consume + ack, push
+consumer). Last, `--messages` go end to end through this broker and every one is checked
+off. Figures (with the 1-minute load average when each case ended) and ratios are printed;
+the goals are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -19,32 +26,23 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import peers
+from peers import log
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from broker_runtime.common import aio  # noqa: E402 - after the path is set
 
-TOPIC, GROUP, QUEUE, STREAM = "Bench", "bench-group", "bench", "bench"
+TOPIC, GROUP = "Bench", peers.GROUP
 BATCH = 64
-RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
-
-
-def log(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mqaudit(*args: str) -> str:
@@ -52,12 +50,11 @@ def mqaudit(*args: str) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
 
 
-# -- the three systems ----------------------------------------------------------------------
 @contextlib.contextmanager
-def our_cluster(work: Path, slaves: bool) -> Iterator[str]:
+def our_cluster(work: Path, slaves: bool, flush: str = "async") -> Iterator[str]:
     data = work / "cluster"
     args = ["up", "--data-dir", str(data), "--groups", "broker-a,broker-b", "--detach"]
-    mqaudit("cluster", *args, "--slaves" if slaves else "--no-slaves")
+    mqaudit("cluster", *args, "--slaves" if slaves else "--no-slaves", "--flush", flush)
     try:
         ns: str = json.loads((data / "cluster.json").read_text())["namesrv_addr"]
         mqaudit("admin", "topic-create", "--namesrv", ns, "--topic", TOPIC, "--queues", "4")
@@ -67,98 +64,7 @@ def our_cluster(work: Path, slaves: bool) -> Iterator[str]:
         mqaudit("cluster", "down", "--data-dir", str(data))
 
 
-@contextlib.contextmanager
-def redis_server(work: Path) -> Iterator[int]:
-    port = free_port()
-    work.mkdir(parents=True)
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work),
-         "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        import redis
-
-        for _ in range(100):
-            with contextlib.suppress(redis.ConnectionError):
-                redis.Redis("127.0.0.1", port).ping()
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"redis-server did not answer on port {port}")
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-def ensure_rabbitmq() -> bool:
-    if (RABBIT_BIN / "rabbitmq-server").exists():
-        return True
-    log("installing rabbitmq-server with apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "rabbitmq-server"],
-    ):
-        if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
-            return False
-    return (RABBIT_BIN / "rabbitmq-server").exists()
-
-
-@contextlib.contextmanager
-def rabbitmq_server(work: Path) -> Iterator[int]:
-    port, dist, epmd = free_port(), free_port(), free_port()
-    (work / "home").mkdir(parents=True)
-    (work / "rabbitmq.conf").write_text(f"listeners.tcp.default = {port}\n")
-    (work / "enabled_plugins").write_text("[].\n")
-    node = f"bench{port}@localhost"
-    env = {
-        **os.environ, "HOME": str(work / "home"), "RABBITMQ_NODENAME": node,
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1", "RABBITMQ_NODE_PORT": str(port),
-        "RABBITMQ_DIST_PORT": str(dist), "ERL_EPMD_PORT": str(epmd),
-        "RABBITMQ_MNESIA_BASE": str(work / "mnesia"), "RABBITMQ_LOG_BASE": str(work / "log"),
-        "RABBITMQ_CONFIG_FILE": str(work / "rabbitmq"), "RABBITMQ_PID_FILE": str(work / "pid"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(work / "enabled_plugins"),
-    }  # fmt: skip
-    out = open(work / "server.log", "wb")
-    proc = subprocess.Popen([str(RABBIT_BIN / "rabbitmq-server")], env=env, stdout=out, stderr=out)
-    try:
-        import pika
-
-        for _ in range(600):
-            with contextlib.suppress(Exception):
-                pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)).close()
-                break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"RabbitMQ did not answer on port {port}: see {work}/server.log")
-        yield port
-    finally:
-        subprocess.run([str(RABBIT_BIN / "rabbitmqctl"), "-n", node, "stop"], env=env,
-                       capture_output=True, timeout=120)  # fmt: skip
-        subprocess.run(["epmd", "-port", str(epmd), "-kill"], capture_output=True, env=env)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(30)
-        if proc.poll() is None:
-            proc.kill()
-        out.close()
-
-
 # -- producer processes ---------------------------------------------------------------------
-def _timed(send: Callable[[], None], per_call: int, start_at: float, seconds: float) -> Any:
-    for _ in range(20):  # warm up: connections, routes
-        send()
-    time.sleep(max(0.0, start_at - time.time()))
-    lat: list[float] = []
-    end = start_at + seconds
-    while time.time() < end:
-        t = time.perf_counter()
-        send()
-        lat.append(time.perf_counter() - t)
-    return len(lat) * per_call, time.time(), lat
-
-
 def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: float) -> Any:
     from broker_runtime.client.model import new_message
     from broker_runtime.client.producer import Producer
@@ -173,7 +79,7 @@ def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: floa
                 else:
                     await p.send_batch([new_message(TOPIC, body) for _ in range(batch)])
 
-            for _ in range(20):
+            for _ in range(peers.WARM_UP):
                 await send_one()
             await asyncio.sleep(max(0.0, start_at - time.time()))
             lat: list[float] = []
@@ -185,35 +91,6 @@ def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: floa
             return len(lat) * batch, time.time(), lat
 
     return aio.run(main())
-
-
-def redis_producer(port: int, batch: int, size: int, start_at: float, seconds: float) -> Any:
-    import redis
-
-    r, body = redis.Redis("127.0.0.1", port), b"x" * size
-    if batch == 1:
-        return _timed(lambda: r.xadd(STREAM, {"b": body}), 1, start_at, seconds)
-    pipe = r.pipeline(transaction=False)
-
-    def send() -> None:
-        for _ in range(batch):
-            pipe.xadd(STREAM, {"b": body})
-        pipe.execute()
-
-    return _timed(send, batch, start_at, seconds)
-
-
-def rabbit_producer(port: int, batch: int, size: int, start_at: float, seconds: float) -> Any:
-    import pika
-
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-    ch = conn.channel()
-    ch.queue_declare(QUEUE, durable=True)
-    ch.confirm_delivery()  # basic_publish now waits for the broker's confirm
-    props, body = pika.BasicProperties(delivery_mode=2), b"x" * size
-    result = _timed(lambda: ch.basic_publish("", QUEUE, body, props), 1, start_at, seconds)
-    conn.close()
-    return result
 
 
 def run_producers(fn: Callable[..., Any], target: Any, producers: int, batch: int,
@@ -271,40 +148,6 @@ def ours_consume(ns: str, count: int) -> float:
         return elapsed
 
     return aio.run(main())
-
-
-def redis_consume(port: int, count: int) -> float:
-    import redis
-
-    r = redis.Redis("127.0.0.1", port)
-    r.xgroup_create(STREAM, GROUP, id="0")
-    got, t = 0, time.perf_counter()
-    while got < count:
-        for _, entries in r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=256, block=5000):
-            r.xack(STREAM, GROUP, *[e[0] for e in entries])
-            got += len(entries)
-    return time.perf_counter() - t
-
-
-def rabbit_consume(port: int, count: int) -> float:
-    import pika
-
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=256)
-    got, t = 0, time.perf_counter()
-    for method, _, _ in ch.consume(QUEUE, inactivity_timeout=30):
-        if method is None:
-            break
-        got += 1
-        if got % 64 == 0 or got >= count:
-            ch.basic_ack(method.delivery_tag, multiple=True)
-        if got >= count:
-            break
-    elapsed = time.perf_counter() - t
-    ch.cancel()
-    conn.close()
-    return elapsed
 
 
 # -- end to end through this broker ---------------------------------------------------------
@@ -392,6 +235,8 @@ GOALS = [  # (figure, over, at least): ratios of msgs/s between two cases
     ("ours send x{n}", "redis send x{n}", 0.5),
     ("ours batch64 x1", "redis pipeline64 x1", 0.5),
 ]
+# Not goals: this broker flushing each send to disk before answering, as RabbitMQ does.
+ALSO = [("ours syncflush send x{n}", "rabbitmq send x{n}")]
 
 
 def stored_count(ns: str) -> int:
@@ -399,23 +244,30 @@ def stored_count(ns: str) -> int:
     return sum(r["maxOffset"] - r["minOffset"] for r in rows)
 
 
+def ratios(
+    figures: dict[str, dict[str, Any]], producers: list[int], pairs: Sequence[tuple[Any, ...]]
+) -> list[dict[str, Any]]:
+    """Each pair's ratio of msgs/s, for every producer count; with a verdict when it has a
+    goal."""
+    out = []
+    for a, b, *goal in pairs:
+        for n in producers if "{n}" in a else [1]:
+            fa, fb = figures.get(a.format(n=n)), figures.get(b.format(n=n))
+            if fa is not None and fb is not None:
+                ratio = round(fa["msgs_per_s"] / fb["msgs_per_s"], 2)
+                out.append({"ours": a.format(n=n), "peer": b.format(n=n), "ratio": ratio})
+                if goal:
+                    out[-1].update(goal=float(goal[0]), met=ratio >= float(goal[0]))
+    return out
+
+
 def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dict[str, Any]]:
-    print(f"\n{'case':24} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"\n{'case':28} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'load':>6}")
     for name, f in figures.items():
         if "p50_ms" in f or name.endswith("consume"):
             p50, p99 = f.get("p50_ms", ""), f.get("p99_ms", "")
-            print(f"{name:24} {f['msgs_per_s']:>10,} {p50!s:>8} {p99!s:>8}")
-    verdicts = []
-    for a, b, goal in GOALS:
-        for n in producers if "{n}" in a else [1]:
-            fa, fb = figures.get(a.format(n=n)), figures.get(b.format(n=n))
-            if fa is None or fb is None:
-                continue
-            ratio = fa["msgs_per_s"] / fb["msgs_per_s"]
-            verdicts.append(
-                {"ours": a.format(n=n), "peer": b.format(n=n), "ratio": round(ratio, 2),
-                 "goal": goal, "met": ratio >= goal}
-            )  # fmt: skip
+            print(f"{name:28} {f['msgs_per_s']:>10,} {p50!s:>8} {p99!s:>8} {f['load1']:>6}")
+    verdicts = ratios(figures, producers, GOALS)
     e2e = figures.get("ours end-to-end")
     if e2e is not None:
         print(f"\nend to end: {e2e['messages']:,} messages in {e2e['end_to_end_s']} s "
@@ -426,8 +278,10 @@ def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dic
     print()
     for v in verdicts:
         peer = f" / {v['peer']}" if "peer" in v else ""
-        print(f"{v['ours'] + peer:45} {v['ratio']:>8}  goal {v['goal']}: "
+        print(f"{v['ours'] + peer:52} {v['ratio']:>8}  goal {v['goal']}: "
               f"{'met' if v['met'] else 'NOT met'}")  # fmt: skip
+    for v in ratios(figures, producers, ALSO):
+        print(f"{v['ours'] + ' / ' + v['peer']:52} {v['ratio']:>8}  (for comparison)")
     return verdicts
 
 
@@ -438,7 +292,7 @@ def main() -> int:
     ap.add_argument("--producers", default="1,8", help="producer process counts")
     ap.add_argument("--messages", type=int, default=1_000_000, help="end to end (0: skip)")
     ap.add_argument("--slaves", action="store_true", help="run this broker with slaves")
-    ap.add_argument("--skip", default="", help="peers to leave out: rabbitmq,redis")
+    ap.add_argument("--skip", default="", help="cases to leave out: rabbitmq,redis,syncflush")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-out" / "cluster_bench.json")
     args = ap.parse_args()
     producers = [int(x) for x in args.producers.split(",")]
@@ -446,8 +300,8 @@ def main() -> int:
     figures: dict[str, dict[str, Any]] = {}
 
     def case(name: str, result: dict[str, Any]) -> None:
-        figures[name] = result
-        print(json.dumps({"case": name, **result}), flush=True)
+        figures[name] = {**result, "load1": round(os.getloadavg()[0], 2)}
+        print(json.dumps({"case": name, **figures[name]}), flush=True)
 
     def sends(prefix: str, fn: Callable[..., Any], target: Any, batch_name: str | None) -> None:
         for n in producers:
@@ -461,6 +315,7 @@ def main() -> int:
         case(f"{prefix} consume", {"messages": count, "msgs_per_s": round(count / seconds)})
 
     work = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    log(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     try:
         log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
         with our_cluster(work / "ours", args.slaves) as ns:
@@ -470,24 +325,22 @@ def main() -> int:
             if args.messages > 0:
                 log(f"this broker: {args.messages:,} messages end to end")
                 case("ours end-to-end", end_to_end(ns, args.messages, args.size))
+        if "syncflush" not in skip:
+            log("this broker again with SYNC flush: single sends answered after fdatasync")
+            with our_cluster(work / "ours-sync", args.slaves, "sync") as ns:
+                sends("ours syncflush", ours_producer, ns, None)
         if "redis" not in skip:
             log("Redis Streams (appendonly, fsync every second)")
-            with redis_server(work / "redis") as port:
-                sends("redis", redis_producer, port, "redis pipeline64 x1")
-                import redis
-
-                count = int(redis.Redis("127.0.0.1", port).xlen(STREAM))
-                consume("redis", count, redis_consume(port, count))
-        if "rabbitmq" not in skip and ensure_rabbitmq():
+            with peers.redis_server(work / "redis") as port:
+                sends("redis", peers.redis_producer, port, "redis pipeline64 x1")
+                count = peers.redis_stored(port)
+                consume("redis", count, peers.redis_consume(port, count))
+        if "rabbitmq" not in skip and peers.ensure_rabbitmq():
             log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
-            with rabbitmq_server(work / "rabbitmq") as port:
-                sends("rabbitmq", rabbit_producer, port, None)
-                import pika
-
-                conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-                count = conn.channel().queue_declare(QUEUE, durable=True).method.message_count
-                conn.close()
-                consume("rabbitmq", count, rabbit_consume(port, count))
+            with peers.rabbitmq_server(work / "rabbitmq") as port:
+                sends("rabbitmq", peers.rabbit_producer, port, None)
+                count = peers.rabbit_stored(port)
+                consume("rabbitmq", count, peers.rabbit_consume(port, count))
         elif "rabbitmq" not in skip:
             log("RabbitMQ could not be installed: its cases are left out")
     finally:

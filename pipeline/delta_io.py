@@ -264,7 +264,7 @@ class DeltaIO:
         stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
         n = self._commit(path, schema, (), files, mode, None)
-        if n == 0:
+        if n == 0 and mode == "append":  # nothing committed; an overwrite commits its file
             shutil.rmtree(stage, ignore_errors=True)
         return n
 

@@ -151,19 +151,15 @@ class MQClientAPI:
         timeout: float,
     ) -> SendResult:
         code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE
-        resp = await self.invoke(addr, request(code, header.fields(), body), timeout)
+        cmd = self._sign(request(code, header.fields(), body))
+        resp = await self.remoting.invoke(addr, cmd, timeout)
         status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise MQBrokerError(resp.code, resp.remark, addr)
         rh = SendMessageResponseHeader.decode(resp)
-        return SendResult(
-            status,
-            msg_ids[0],
-            rh.msg_id,
-            MessageQueue(mq.topic, mq.broker, rh.queue_id),
-            rh.queue_offset,
-            msg_ids,
-        )
+        if rh.queue_id != mq.queue_id:
+            mq = MessageQueue(mq.topic, mq.broker, rh.queue_id)
+        return SendResult(status, msg_ids[0], rh.msg_id, mq, rh.queue_offset, msg_ids)
 
     async def send_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes) -> None:
         await self.invoke_oneway(addr, request(RequestCode.SEND_MESSAGE, header.fields(), body))

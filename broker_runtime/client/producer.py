@@ -235,15 +235,18 @@ class Producer:
         batch = [msgs] if isinstance(msgs, Message) else list(msgs)
         for m in batch:
             self._check(m)
-        if sum(len(m.body) for m in batch) > self.max_message_size:
+        if len(batch) > 1 and sum(len(m.body) for m in batch) > self.max_message_size:
             raise MQClientError(f"batch bodies exceed {self.max_message_size} bytes")
-        await self._before(batch)
+        if self.on_before_send:
+            await self._before(batch)
         try:
             result = await self._send_with_retries(batch, times, timeout_s or self.send_timeout_s)
         except BaseException as e:
-            await self._after(batch, None, e)
+            if self.on_send_result:
+                await self._after(batch, None, e)
             raise
-        await self._after(batch, result, None)
+        if self.on_send_result:
+            await self._after(batch, result, None)
         return result
 
     async def _send_with_retries(

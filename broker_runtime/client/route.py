@@ -86,14 +86,16 @@ class PublishInfo:
         if n == 0:
             raise LookupError("no writable queue")
         start = next(self._index)
-        candidates = [self.queues[(start + i) % n] for i in range(n)]
-        for mq in candidates:
+        queues = self.queues
+        for i in range(n):
+            mq = queues[(start + i) % n]
             if mq.broker != last_broker and (faults is None or faults.available(mq.broker, now_ms)):
                 return mq
-        for mq in candidates:
+        for i in range(n):
+            mq = queues[(start + i) % n]
             if mq.broker != last_broker:
                 return mq
-        return candidates[0]
+        return queues[start % n]
 
 
 def broker_addrs(route: TopicRouteData) -> dict[str, dict[int, str]]:

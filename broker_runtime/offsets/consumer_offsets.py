@@ -18,6 +18,9 @@ class ConsumerOffsets:
     def __init__(self, store_dir: Path) -> None:
         self.path = Path(store_dir) / "config" / "consumerOffset.json"
         self._lock = threading.Lock()
+        # One writer at a time: persists from the periodic task and from a slave's sync run
+        # on executor threads and would race on the one `.tmp` file.
+        self._write_lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
         data = read_with_backup(self.path)
         if data is not None:
@@ -50,8 +53,10 @@ class ConsumerOffsets:
             return {k: dict(v) for k, v in self._table.items()}
 
     def persist(self) -> None:
-        with self._lock:
-            snapshot = {
-                k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self._table.items())
-            }
-        write_atomic(self.path, {"offsetTable": snapshot})
+        with self._write_lock:
+            with self._lock:
+                snapshot = {
+                    k: {str(q): o for q, o in sorted(v.items())}
+                    for k, v in sorted(self._table.items())
+                }
+            write_atomic(self.path, {"offsetTable": snapshot})

@@ -43,7 +43,9 @@ class RemotingClient:
             return conn
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        conn = await self.connection(addr)
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = await self.connection(addr)
         return await conn.request(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:

@@ -50,32 +50,39 @@ class FrameDecoder:
         request cannot be answered without its opaque.
         """
         buf = self._buf
-        buf += data
+        src: bytes | bytearray
+        if buf:
+            buf += data
+            src = buf
+        else:  # the usual case, whole frames: read them out of `data` without a copy first
+            src = data
         out: list[RemotingCommand] = []
         pos = 0
-        n = len(buf)
+        n = len(src)
         while n - pos >= 4:
-            (length,) = _I32.unpack_from(buf, pos)
+            (length,) = _I32.unpack_from(src, pos)
             if length < 4 or length > self.max_frame:
                 raise FrameError(f"frame length {length} outside 4..{self.max_frame}")
             if n - pos - 4 < length:
                 break
-            (type_and_len,) = _I32.unpack_from(buf, pos + 4)
+            (type_and_len,) = _I32.unpack_from(src, pos + 4)
             serialize_type, header_len = (type_and_len >> 24) & 0xFF, type_and_len & 0xFFFFFF
             if serialize_type != SERIALIZE_JSON:
                 raise FrameError(f"serialize type {serialize_type} not supported (JSON only)")
             if header_len > length - 4:
                 raise FrameError(f"header length {header_len} exceeds frame length {length}")
-            start = pos + 8
-            body_start = start + header_len
+            body_start = pos + 8 + header_len
             end = pos + 4 + length
             try:
-                cmd = RemotingCommand.decode_header(bytes(buf[start:body_start]), b"")
+                cmd = RemotingCommand.decode_header(src[pos + 8 : body_start], b"")
             except HeaderError as e:
                 raise FrameError(str(e)) from None
-            cmd.body = bytes(buf[body_start:end])
+            cmd.body = bytes(buf[body_start:end]) if src is buf else data[body_start:end]
             out.append(cmd)
             pos = end
-        if pos:
-            del buf[:pos]
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < n:
+            buf += memoryview(data)[pos:]
         return out

@@ -9,6 +9,8 @@ processor table turns into an error response.
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Callable
 from typing import Any, ClassVar, Self, get_type_hints
 
 from broker_runtime.remoting.command import HeaderError, RemotingCommand
@@ -19,32 +21,68 @@ def _camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-_SCHEMAS: dict[type, list[tuple[str, str, Any, Any]]] = {}
+def _base(hint: Any) -> type:
+    """int, bool or str: what a field's annotation (`int | None` and the like) holds."""
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return kinds[0] if kinds[0] in (int, bool) else str
 
 
-def _schema(cls: type) -> list[tuple[str, str, Any, Any]]:
-    """(attribute, wire name, type, default) per field, computed once per class."""
-    schema = _SCHEMAS.get(cls)
-    if schema is None:
-        hints = get_type_hints(cls)
-        schema = [
-            (f.name, _camel(f.name), hints[f.name], f.default) for f in dataclasses.fields(cls)
-        ]
-        _SCHEMAS[cls] = schema
-    return schema
+# Source templates of the per-class codecs: `raw` is the wire string, then the value; the
+# parse step's `else`/`elif` continues the template's `if raw is None`.
+_REQUIRED = """
+    raw = get({wire!r})
+    if raw is None:
+        raise HeaderError("missing header field {wire!r}")
+"""
+_OPTIONAL = """
+    raw = get({wire!r})
+    if raw is None:
+        raw = D{i}
+"""
+_PARSE = {
+    int: """
+    else:
+        try:
+            raw = int(raw)
+        except ValueError:
+            raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}") from None
+""",
+    bool: """
+    elif raw == "true":
+        raw = True
+    elif raw == "false":
+        raw = False
+    else:
+        raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}")
+""",
+}
+_WIRE = {str: "x", int: "'%d' % x", bool: "'true' if x else 'false'"}
 
 
-def _parse(raw: str, kind: Any, wire: str) -> object:
-    try:
-        if kind in (int, int | None):
-            return int(raw)
-        if kind in (bool, bool | None):
-            if raw not in ("true", "false"):
-                raise ValueError(raw)
-            return raw == "true"
-    except ValueError:
-        raise HeaderError(f"header field {wire!r} has a bad value: {raw!r}") from None
-    return raw
+def _compile(cls: type) -> tuple[Callable[..., Any], Callable[..., dict[str, object]]]:
+    """decode(cmd) and fields(header) written out for one header class, as dataclasses
+    writes __init__: a loop over the fields was the most of a send's header costs."""
+    hints = get_type_hints(cls)
+    decode, fields, args = ["def decode(cmd):\n    get = cmd.ext_fields.get"], [], []
+    ns: dict[str, Any] = {"cls": cls, "HeaderError": HeaderError}
+    for i, f in enumerate(dataclasses.fields(cls)):
+        wire, base = _camel(f.name), _base(hints[f.name])
+        if f.default is dataclasses.MISSING:
+            decode.append(_REQUIRED.format(wire=wire).strip("\n"))
+        else:
+            ns[f"D{i}"] = f.default
+            decode.append(_OPTIONAL.format(wire=wire, i=i).strip("\n"))
+        if base is not str:
+            decode.append(_PARSE[base].format(wire=wire).strip("\n"))
+        decode.append(f"    v{i} = raw")
+        args.append(f"v{i}")
+        fields.append(f"    x = self.{f.name}\n    if x is not None:\n")
+        fields.append(f"        out[{wire!r}] = {_WIRE[base]}\n")
+    decode.append(f"    return cls({', '.join(args)})")
+    source = "\n".join(decode) + "\n\ndef fields(self):\n    out = {}\n"
+    source += "".join(fields) + "    return out\n"
+    exec(source, ns)
+    return ns["decode"], ns["fields"]
 
 
 class Header:
@@ -55,23 +93,22 @@ class Header:
 
     @classmethod
     def decode(cls, cmd: RemotingCommand) -> Self:
-        values: dict[str, object] = {}
-        for name, wire, kind, default in _schema(cls):
-            raw = cmd.ext_fields.get(wire)
-            if raw is None:
-                if default is dataclasses.MISSING:
-                    raise HeaderError(f"missing header field {wire!r}")
-                values[name] = default
-            else:
-                values[name] = _parse(raw, kind, wire)
-        return cls(**values)
+        codec = _CODECS.get(cls) or _codec(cls)
+        header: Self = codec[0](cmd)
+        return header
 
     def fields(self) -> dict[str, object]:
-        return {
-            wire: getattr(self, name)
-            for name, wire, _, _ in _schema(type(self))
-            if getattr(self, name) is not None
-        }
+        """The set fields by wire name, as strings (what `request(...)` sends as is)."""
+        codec = _CODECS.get(type(self)) or _codec(type(self))
+        return codec[1](self)
+
+
+_CODECS: dict[type, tuple[Callable[..., Any], Callable[..., dict[str, object]]]] = {}
+
+
+def _codec(cls: type) -> tuple[Callable[..., Any], Callable[..., dict[str, object]]]:
+    _CODECS[cls] = codec = _compile(cls)
+    return codec
 
 
 @dataclasses.dataclass(slots=True)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ACCEL_ABI 2 /* broker_runtime.store.accel.ABI */
+#define ACCEL_ABI 3 /* broker_runtime.store.accel.ABI */
 
 #define HEADER_SIZE 88      /* a message unit's fixed fields, BODY's length included */
 #define PREPARED_FIELDS 16  /* record_codec.Prepared */
@@ -104,9 +104,26 @@ int accel_prepare_init(void);
 
 PyObject *accel_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* -- _accel_rows.c: dispatcher._split_requests ------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *source; /* tuple of DispatchRequests (each checked: a tuple of REQUEST_FIELDS+) */
+    Py_ssize_t n;
+    Py_ssize_t *idx;  /* the rows' positions in `source` */
+    int index_rows;   /* items are index rows (topic, phys, time, uniq, keys), not requests */
+} RequestRows;
+
+extern PyTypeObject AccelRows_Type;
+PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* The DispatchRequest behind row i (borrowed). */
+static inline PyObject *accel_rows_request(RequestRows *r, Py_ssize_t i) {
+    return PyTuple_GET_ITEM(r->source, r->idx[i]);
+}
+
 /* -- _accel_dispatch.c -------------------------------------------------------------------- */
 
-PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *accel_index_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

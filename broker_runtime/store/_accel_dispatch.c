@@ -5,59 +5,12 @@
 #define INDEX_HEADER 40     /* IndexFile header */
 #define INDEX_SIZE 20       /* IndexFile entry: key hash i32, phys i64, time diff i32, prev i32 */
 #define BLANK_SIZE INT32_MAX /* the size of RocketMQ's fillPreBlank entry */
+#define PREFETCH 8           /* write_index: hash slots fetched this many entries ahead */
 
 static int check_row(PyObject *row, Py_ssize_t n, const char *what) {
     if (PyTuple_Check(row) && PyTuple_GET_SIZE(row) >= n) return 0;
     PyErr_Format(PyExc_TypeError, "%s must be tuples of %zd", what, n);
     return -1;
-}
-
-/* split_requests(requests) -> (requests per (topic, queue id), index rows): dispatcher. */
-PyObject *accel_split_requests(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (accel_nargs("split_requests", nargs, 1) < 0) return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "requests must be a sequence");
-    if (seq == NULL) return NULL;
-    PyObject *by_queue = PyDict_New(), *index_rows = PyList_New(0), *result = NULL;
-    QueueTable table;
-    memset(&table, 0, sizeof(table));
-    if (by_queue == NULL || index_rows == NULL) goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *r = PySequence_Fast_GET_ITEM(seq, i), **f, *rows = NULL, *key = NULL;
-        int created;
-        if (check_row(r, REQUEST_FIELDS, "dispatch requests") < 0) goto done;
-        f = &PyTuple_GET_ITEM(r, 0);
-        QueueSlot *slot = accel_queue_slot(&table, f[0], f[1], &created);
-        if (slot != NULL && !created) {
-            rows = slot->value;
-        } else if (!PyErr_Occurred()) { /* the dict decides; the table remembers its answer */
-            key = slot != NULL ? Py_NewRef(slot->key) : PyTuple_Pack(2, f[0], f[1]);
-            rows = key ? PyDict_GetItemWithError(by_queue, key) : NULL;
-            if (rows == NULL && !PyErr_Occurred() && (rows = PyList_New(0)) != NULL) {
-                if (PyDict_SetItem(by_queue, key, rows) < 0) Py_CLEAR(rows);
-                Py_XDECREF(rows); /* the dict holds it */
-            }
-            Py_XDECREF(key);
-            if (slot != NULL) slot->value = rows;
-        }
-        if (rows == NULL || PyList_Append(rows, r) < 0) goto done;
-        if (f[7] != Py_None || f[8] != Py_None) {
-            PyObject *row = PyTuple_Pack(5, f[0], f[3], f[5], f[7], f[8]);
-            if (row != NULL && PyUnicode_CheckExact(f[0]) && PyLong_CheckExact(f[3]) &&
-                PyLong_CheckExact(f[5]) && (f[7] == Py_None || PyUnicode_CheckExact(f[7])) &&
-                (f[8] == Py_None || PyUnicode_CheckExact(f[8])))
-                PyObject_GC_UnTrack(row); /* str, ints and None: no cycle passes through it */
-            int failed = row == NULL || PyList_Append(index_rows, row) < 0;
-            Py_XDECREF(row);
-            if (failed) goto done;
-        }
-    }
-    result = PyTuple_Pack(2, by_queue, index_rows);
-done:
-    accel_queue_clear(&table);
-    Py_DECREF(seq);
-    Py_XDECREF(by_queue);
-    Py_XDECREF(index_rows);
-    return result;
 }
 
 typedef struct {
@@ -104,16 +57,22 @@ PyObject *accel_pack_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (accel_int(args[1], INT64_MIN, INT64_MAX, "expected", &expected) ||
         accel_int(args[2], INT64_MIN, INT64_MAX, "max_phys_end", &max_end))
         return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "requests must be a sequence"), *buf = NULL;
-    if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    RequestRows *view = NULL; /* a queue's rows from split_requests: read the requests */
+    PyObject *seq, *buf = NULL;
+    if (Py_IS_TYPE(args[0], &AccelRows_Type) && !((RequestRows *)args[0])->index_rows) {
+        view = (RequestRows *)args[0];
+        seq = Py_NewRef(args[0]);
+    } else if ((seq = PySequence_Fast(args[0], "requests must be a sequence")) == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = view != NULL ? view->n : PySequence_Fast_GET_SIZE(seq);
     CqRow *rows = PyMem_Malloc(sizeof(CqRow) * (size_t)(n ? n : 1));
     if (rows == NULL) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* DispatchRequest: queue offset, phys, size, tags */
-        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *row = view != NULL ? accel_rows_request(view, i) : PySequence_Fast_GET_ITEM(seq, i);
         if (check_row(row, REQUEST_FIELDS, "dispatch requests") < 0 ||
             accel_int(PyTuple_GET_ITEM(row, 2), INT64_MIN, INT64_MAX, "queue offset", &rows[i].qo) ||
             accel_int(PyTuple_GET_ITEM(row, 3), INT64_MIN, INT64_MAX - INT32_MAX, "log offset",
@@ -138,12 +97,44 @@ done:
                          (long long)added, (long long)blanks);
 }
 
-static int append_hash(PyObject *hashes, uint32_t h) {
+/* A growable array of int64 (the index_keys columns until they become arrays). */
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} I64s;
+
+static int push(I64s *a, int64_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 256;
+        int64_t *v = PyMem_Realloc(a->v, sizeof(int64_t) * (size_t)cap);
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->v = v, a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+static int push_hash(I64s *a, uint32_t h) {
     int32_t s = (int32_t)h; /* index_key_hash: |hashCode|, 0 for Integer.MIN_VALUE */
-    PyObject *o = PyLong_FromLong(s == INT32_MIN ? 0 : (s < 0 ? -s : s));
-    int failed = o == NULL || PyList_Append(hashes, o) < 0;
-    Py_XDECREF(o);
-    return failed ? -1 : 0;
+    return push(a, s == INT32_MIN ? 0 : (s < 0 ? -(int64_t)s : s));
+}
+
+/* array('q') holding a copy of `a`. */
+static PyObject *to_array(const I64s *a) {
+    static PyObject *array_type;
+    if (array_type == NULL) {
+        PyObject *mod = PyImport_ImportModule("array");
+        if (mod == NULL) return NULL;
+        array_type = PyObject_GetAttrString(mod, "array");
+        Py_DECREF(mod);
+        if (array_type == NULL) return NULL;
+    }
+    /* y# of NULL would pass None */
+    return PyObject_CallFunction(array_type, "sy#", "q", a->v ? (const char *)a->v : "",
+                                 (Py_ssize_t)(a->n * (Py_ssize_t)sizeof(int64_t)));
 }
 
 static int is_str_or_none(PyObject *o) {
@@ -152,62 +143,88 @@ static int is_str_or_none(PyObject *o) {
     return 0;
 }
 
-/* index_keys(entries, end, tail_count) -> (hashes, phys, times): index_service._index_keys.
+/* The keys of one entry (topic, phys, time, uniq, keys) into the columns. */
+static int entry_keys(PyObject *const *e, int64_t end, PyObject *tail_count, I64s *cols) {
+    int64_t phy, ts;
+    PyObject *topic = e[0], *uniq = e[3], *keys = e[4];
+    if (accel_int(e[1], INT64_MIN, INT64_MAX, "log offset", &phy)) return -1;
+    if (phy < end) return 0;
+    if (accel_int(e[2], INT64_MIN, INT64_MAX, "store time", &ts)) return -1;
+    if (topic == Py_None || !is_str_or_none(topic) || !is_str_or_none(uniq) ||
+        !is_str_or_none(keys)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "topic must be str");
+        return -1;
+    }
+    Py_ssize_t first = cols[0].n;
+    uint32_t prefix = 31 * accel_java_hash(topic, 0, PyUnicode_GET_LENGTH(topic), 0) + '#';
+    if (uniq != Py_None &&
+        push_hash(&cols[0], accel_java_hash(uniq, 0, PyUnicode_GET_LENGTH(uniq), prefix)))
+        return -1;
+    if (keys != Py_None) { /* keys.split(" "), empty parts skipped */
+        Py_ssize_t n = PyUnicode_GET_LENGTH(keys), a = 0;
+        int kind = PyUnicode_KIND(keys);
+        const void *data = PyUnicode_DATA(keys);
+        for (Py_ssize_t b = 0; b <= n; b++) {
+            if (b < n && PyUnicode_READ(kind, data, b) != ' ') continue;
+            if (b > a && push_hash(&cols[0], accel_java_hash(keys, a, b, prefix))) return -1;
+            a = b + 1;
+        }
+    }
+    if (phy == end) { /* the file already holds this message's first keys */
+        PyObject *count = PyObject_CallOneArg(tail_count, e[1]);
+        Py_ssize_t skip = count == NULL ? -1 : PyLong_AsSsize_t(count);
+        Py_XDECREF(count);
+        if (skip == -1 && PyErr_Occurred()) return -1;
+        if (skip > 0) { /* del keys[first : first + skip] */
+            Py_ssize_t keep = cols[0].n - first - skip;
+            if (keep < 0) keep = 0;
+            memmove(cols[0].v + first, cols[0].v + cols[0].n - keep, sizeof(int64_t) * (size_t)keep);
+            cols[0].n = first + keep;
+        }
+    }
+    for (Py_ssize_t k = first; k < cols[0].n; k++)
+        if (push(&cols[1], phy) || push(&cols[2], ts)) return -1;
+    return 0;
+}
+
+/* index_keys(entries, end, tail_count) -> (hashes, phys, times) as array('q'):
+ * index_service._index_keys. `entries` may be the index rows of split_requests.
  * Hashes `topic#key` without building the string: Java's hash continues over appended text. */
 PyObject *accel_index_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (accel_nargs("index_keys", nargs, 3) < 0) return NULL;
-    int64_t end, phy;
+    int64_t end;
     if (accel_int(args[1], INT64_MIN, INT64_MAX, "end", &end)) return NULL;
-    PyObject *seq = PySequence_Fast(args[0], "entries must be a sequence"), *result = NULL;
-    if (seq == NULL) return NULL;
-    PyObject *hashes = PyList_New(0), *phys = PyList_New(0), *times = PyList_New(0);
-    if (hashes == NULL || phys == NULL || times == NULL) goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
-        if (check_row(row, 5, "index entries") < 0) goto done;
-        PyObject *topic = PyTuple_GET_ITEM(row, 0), *uniq = PyTuple_GET_ITEM(row, 3);
-        PyObject *keys = PyTuple_GET_ITEM(row, 4);
-        if (accel_int(PyTuple_GET_ITEM(row, 1), INT64_MIN, INT64_MAX, "log offset", &phy))
-            goto done;
-        if (phy < end) continue;
-        if (topic == Py_None || !is_str_or_none(topic) || !is_str_or_none(uniq) ||
-            !is_str_or_none(keys)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "topic must be str");
-            goto done;
-        }
-        Py_ssize_t first = PyList_GET_SIZE(hashes);
-        uint32_t prefix = 31 * accel_java_hash(topic, 0, PyUnicode_GET_LENGTH(topic), 0) + '#';
-        if (uniq != Py_None &&
-            append_hash(hashes, accel_java_hash(uniq, 0, PyUnicode_GET_LENGTH(uniq), prefix)))
-            goto done;
-        if (keys != Py_None) { /* keys.split(" "), empty parts skipped */
-            Py_ssize_t n = PyUnicode_GET_LENGTH(keys), a = 0;
-            int kind = PyUnicode_KIND(keys);
-            const void *data = PyUnicode_DATA(keys);
-            for (Py_ssize_t b = 0; b <= n; b++) {
-                if (b < n && PyUnicode_READ(kind, data, b) != ' ') continue;
-                if (b > a && append_hash(hashes, accel_java_hash(keys, a, b, prefix))) goto done;
-                a = b + 1;
-            }
-        }
-        if (phy == end) { /* the file already holds this message's first keys */
-            PyObject *count = PyObject_CallOneArg(args[2], PyTuple_GET_ITEM(row, 1));
-            Py_ssize_t skip = count == NULL ? -1 : PyLong_AsSsize_t(count);
-            Py_XDECREF(count);
-            if (skip == -1 && PyErr_Occurred()) goto done;
-            if (skip > 0 && PyList_SetSlice(hashes, first, first + skip, NULL) < 0) goto done;
-        }
-        for (Py_ssize_t k = first; k < PyList_GET_SIZE(hashes); k++)
-            if (PyList_Append(phys, PyTuple_GET_ITEM(row, 1)) < 0 ||
-                PyList_Append(times, PyTuple_GET_ITEM(row, 2)) < 0)
-                goto done;
+    RequestRows *view = NULL;
+    PyObject *seq, *result = NULL, *out[3] = {NULL, NULL, NULL};
+    if (Py_IS_TYPE(args[0], &AccelRows_Type) && ((RequestRows *)args[0])->index_rows) {
+        view = (RequestRows *)args[0];
+        seq = Py_NewRef(args[0]);
+    } else if ((seq = PySequence_Fast(args[0], "entries must be a sequence")) == NULL) {
+        return NULL;
     }
-    result = PyTuple_Pack(3, hashes, phys, times);
+    I64s cols[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    Py_ssize_t n = view != NULL ? view->n : PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (view != NULL) { /* a DispatchRequest: topic, log offset, store time, uniq, keys */
+            PyObject **f = &PyTuple_GET_ITEM(accel_rows_request(view, i), 0);
+            PyObject *e[5] = {f[0], f[3], f[5], f[7], f[8]};
+            if (entry_keys(e, end, args[2], cols) < 0) goto done;
+        } else {
+            PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
+            if (check_row(row, 5, "index entries") < 0 ||
+                entry_keys(&PyTuple_GET_ITEM(row, 0), end, args[2], cols) < 0)
+                goto done;
+        }
+    }
+    for (int j = 0; j < 3; j++)
+        if ((out[j] = to_array(&cols[j])) == NULL) goto done;
+    result = PyTuple_Pack(3, out[0], out[1], out[2]);
 done:
+    for (int j = 0; j < 3; j++) {
+        PyMem_Free(cols[j].v);
+        Py_XDECREF(out[j]);
+    }
     Py_DECREF(seq);
-    Py_XDECREF(hashes);
-    Py_XDECREF(phys);
-    Py_XDECREF(times);
     return result;
 }
 
@@ -217,6 +234,10 @@ static void write_index(char *mm, const int64_t *cols, Py_ssize_t n, int64_t cou
     for (Py_ssize_t i = 0; i < n; i++, count++, pos += INDEX_SIZE) {
         int64_t kh = cols[3 * i], phy = cols[3 * i + 1], ts = cols[3 * i + 2];
         int64_t slot_at = INDEX_HEADER + ((kh % slots + slots) % slots) * 4;
+        if (i + PREFETCH < n) { /* slots are spread over megabytes: fetch a few entries ahead */
+            int64_t ahead = cols[3 * (i + PREFETCH)];
+            __builtin_prefetch(mm + INDEX_HEADER + ((ahead % slots + slots) % slots) * 4, 1);
+        }
         int32_t prev = get_be32(mm + slot_at);
         if (prev <= 0 || prev >= count) prev = 0;
         /* whole seconds since base, clamped to [0, INT_MAX]; unsigned: ts - base may overflow */
@@ -244,7 +265,23 @@ PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
     PyObject *seqs[3] = {NULL, NULL, NULL}, *result = NULL;
-    for (int j = 0; j < 3; j++) {
+    Py_buffer bufs[3];
+    int have[3] = {0, 0, 0};
+    for (int j = 0; j < 3; j++) { /* int64 buffers (index_keys' arrays) are read as they are */
+        if (PyObject_GetBuffer(args[1 + j], &bufs[j], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
+            have[j] = 1;
+            const char *fmt = bufs[j].format;
+            if (bufs[j].itemsize == 8 && fmt != NULL && (!strcmp(fmt, "q") || !strcmp(fmt, "l"))) {
+                if (stop > start && bufs[j].len / 8 < stop) {
+                    PyErr_SetString(PyExc_ValueError, "write_entries: columns are shorter than stop");
+                    goto done;
+                }
+                continue;
+            }
+            PyBuffer_Release(&bufs[j]);
+            have[j] = 0;
+        }
+        PyErr_Clear();
         if ((seqs[j] = PySequence_Fast(args[1 + j], "index columns must be sequences")) == NULL)
             goto done;
         if (stop > start && PySequence_Fast_GET_SIZE(seqs[j]) < stop) {
@@ -258,14 +295,20 @@ PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t *e = &cols[3 * i];
-        if (accel_int(PySequence_Fast_GET_ITEM(seqs[0], start + i), INT32_MIN, INT32_MAX, "key hash",
-                      &e[0]) ||
-            accel_int(PySequence_Fast_GET_ITEM(seqs[1], start + i), INT64_MIN, INT64_MAX, "offset",
-                      &e[1]) ||
-            accel_int(PySequence_Fast_GET_ITEM(seqs[2], start + i), INT64_MIN, INT64_MAX, "time",
-                      &e[2])) {
+    static const int64_t lo[3] = {INT32_MIN, INT64_MIN, INT64_MIN};
+    static const int64_t hi[3] = {INT32_MAX, INT64_MAX, INT64_MAX};
+    static const char *const what[3] = {"key hash", "offset", "time"};
+    for (int j = 0; j < 3; j++) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t *e = &cols[3 * i + j];
+            if (have[j]) {
+                *e = ((const int64_t *)bufs[j].buf)[start + i];
+                if (*e >= lo[j] && *e <= hi[j]) continue;
+                PyErr_Format(PyExc_OverflowError, "%s out of range", what[j]);
+            } else if (!accel_int(PySequence_Fast_GET_ITEM(seqs[j], start + i), lo[j], hi[j],
+                                  what[j], e)) {
+                continue;
+            }
             PyMem_Free(cols);
             goto done;
         }
@@ -284,7 +327,10 @@ PyObject *accel_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyMem_Free(cols);
     result = Py_NewRef(Py_None);
 done:
-    for (int j = 0; j < 3; j++) Py_XDECREF(seqs[j]);
+    for (int j = 0; j < 3; j++) {
+        Py_XDECREF(seqs[j]);
+        if (have[j]) PyBuffer_Release(&bufs[j]);
+    }
     PyBuffer_Release(&view);
     return result;
 }

@@ -135,12 +135,36 @@ static int atomic(PyObject *o) {
     return o == Py_None || PyUnicode_CheckExact(o) || PyLong_CheckExact(o);
 }
 
+/* The ints last made for sizes or tag codes: the messages of a batch mostly share a few. */
+#define INT_CACHE 8
+typedef struct {
+    int64_t v[INT_CACHE];
+    PyObject *o[INT_CACHE];
+    int next;
+} IntCache;
+
+static PyObject *cached_int(IntCache *c, int64_t v) {
+    for (int i = 0; i < INT_CACHE; i++)
+        if (c->o[i] != NULL && c->v[i] == v) return Py_NewRef(c->o[i]);
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o != NULL) {
+        Py_XSETREF(c->o[c->next], Py_NewRef(o));
+        c->v[c->next] = v;
+        c->next = (c->next + 1) % INT_CACHE;
+    }
+    return o;
+}
+
+static void clear_ints(IntCache *c) {
+    for (int i = 0; i < INT_CACHE; i++) Py_CLEAR(c->o[i]);
+}
+
 static PyObject *request(PyTypeObject *type, Parts *r, PyObject *qo, int64_t phys, int32_t size,
-                         PyObject *now) {
+                         PyObject *now, IntCache *ints) {
     PyObject *items[REQUEST_FIELDS] = {
         Py_NewRef(r->topic), Py_NewRef(r->qid), qo, PyLong_FromLongLong(phys),
-        r->size ? Py_NewRef(r->size) : PyLong_FromLong(size), Py_NewRef(now),
-        r->tags ? Py_NewRef(r->tags) : PyLong_FromLong(r->tags_code), Py_NewRef(r->uniq),
+        r->size ? Py_NewRef(r->size) : cached_int(&ints[0], size), Py_NewRef(now),
+        r->tags ? Py_NewRef(r->tags) : cached_int(&ints[1], r->tags_code), Py_NewRef(r->uniq),
         Py_NewRef(r->keys),
     };
     PyObject *req = type->tp_alloc(type, REQUEST_FIELDS);
@@ -196,7 +220,9 @@ PyObject *accel_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Unit *units = PyMem_Malloc(sizeof(Unit) * (size_t)(n > start ? n - start : 1));
     QueueTable table;
     int order[QUEUE_SLOTS];
+    IntCache ints[2]; /* sizes, tag codes */
     memset(&table, 0, sizeof(table));
+    memset(ints, 0, sizeof(ints));
     if (units == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -215,7 +241,7 @@ PyObject *accel_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
             Py_XDECREF(qo);
             goto done;
         }
-        PyObject *req = request(rtype, &r, qo, u->phys, u->size, now);
+        PyObject *req = request(rtype, &r, qo, u->phys, u->size, now, ints);
         int failed = req == NULL || PyList_Append(results, req) < 0;
         Py_XDECREF(req);
         if (failed) goto done;
@@ -242,6 +268,8 @@ done:
         if (flush_queues(&table, order, taken) < 0) PyErr_Clear();
         PyErr_Restore(type, value, tb);
     }
+    clear_ints(&ints[0]);
+    clear_ints(&ints[1]);
     PyMem_Free(units);
     Py_XDECREF(seq);
     return out;

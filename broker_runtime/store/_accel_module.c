@@ -1,6 +1,9 @@
 /* Module init and the helpers the kernels share (see _accel.h). */
 #include "_accel.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 uint32_t accel_java_hash(PyObject *s, Py_ssize_t start, Py_ssize_t end, uint32_t h) {
     const void *data = PyUnicode_DATA(s);
     int kind = PyUnicode_KIND(s);
@@ -77,12 +80,51 @@ void accel_queue_clear(QueueTable *t) {
     t->used = 0;
 }
 
+/* pwrite_all(fd, data, pos) -> None: mapped_file._pwrite_all. A write this small takes about
+ * as long as handing the GIL to another thread and back: it keeps the GIL; a big one lets
+ * others run. */
+static PyObject *accel_pwrite_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (accel_nargs("pwrite_all", nargs, 3) < 0) return NULL;
+    int64_t fd, pos;
+    if (accel_int(args[0], 0, INT32_MAX, "fd", &fd) ||
+        accel_int(args[2], 0, INT64_MAX, "position", &pos))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const char *p = view.buf;
+    Py_ssize_t left = view.len;
+    int release = left >= GIL_FREE_BYTES;
+    while (left > 0) {
+        ssize_t n;
+        if (release) {
+            Py_BEGIN_ALLOW_THREADS
+            n = pwrite((int)fd, p, (size_t)left, (off_t)pos);
+            Py_END_ALLOW_THREADS
+        } else {
+            n = pwrite((int)fd, p, (size_t)left, (off_t)pos);
+        }
+        if (n < 0 && errno == EINTR) {
+            if (PyErr_CheckSignals() < 0) break;
+            continue;
+        }
+        if (n <= 0) {
+            if (n == 0) errno = EIO; /* a regular file writes something or fails */
+            PyErr_SetFromErrno(PyExc_OSError);
+            break;
+        }
+        p += n, pos += n, left -= n;
+    }
+    PyBuffer_Release(&view);
+    return left > 0 ? NULL : Py_NewRef(Py_None);
+}
+
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef methods[] = {
     {"prepare_batch", FASTCALL(accel_prepare_batch), "record_codec.prepare_batch"},
     {"encode_run", FASTCALL(accel_encode_run), "record_codec._encode_run, DispatchRequest first"},
     {"body_crc", accel_body_crc, METH_O, "record_codec._body_crc"},
+    {"pwrite_all", FASTCALL(accel_pwrite_all), "mapped_file._pwrite_all"},
     {"split_requests", FASTCALL(accel_split_requests), "dispatcher._split_requests"},
     {"pack_entries", FASTCALL(accel_pack_entries), "consume_queue._pack_entries"},
     {"index_keys", FASTCALL(accel_index_keys), "index_service._index_keys"},
@@ -97,12 +139,13 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__accel(void) {
     accel_crc_init();
-    if (accel_prepare_init() < 0) return NULL;
+    if (accel_prepare_init() < 0 || PyType_Ready(&AccelRows_Type) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "ABI", ACCEL_ABI) < 0 ||
         PyModule_AddIntConstant(m, "CLMUL", accel_crc_clmul()) < 0 || /* 0 zlib, 1, 2: wide */
-        PyModule_AddObjectRef(m, "PreparedBatch", (PyObject *)&AccelBatch_Type) < 0)
+        PyModule_AddObjectRef(m, "PreparedBatch", (PyObject *)&AccelBatch_Type) < 0 ||
+        PyModule_AddObjectRef(m, "RequestRows", (PyObject *)&AccelRows_Type) < 0)
         Py_CLEAR(m);
     return m;
 }

@@ -20,6 +20,7 @@ static PyObject *s_TAGS, *s_UNIQ_KEY, *s_KEYS;
 typedef struct {
     PyObject *valid_topics, *hosts;
     Py_ssize_t max_size;
+    PyObject *host, *host_bytes; /* the last born host looked up, and its bytes (owned) */
 } PrepareCtx;
 
 /* Where the fields live in instances of the message class (a slots dataclass), so that they
@@ -70,7 +71,27 @@ static int plain_int(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
 }
 
 static int has_separator(const char *s, Py_ssize_t n) {
-    return memchr(s, 1, (size_t)n) != NULL || memchr(s, 2, (size_t)n) != NULL;
+    for (Py_ssize_t i = 0; i < n; i++) /* property text is short: a plain loop beats memchr */
+        if ((unsigned char)(s[i] - 1) < 2) return 1;
+    return 0;
+}
+
+/* Whether property name `k` (UTF-8 `ks`, `kl` bytes) is `name` (interned, `text`). */
+static inline int is_name(PyObject *k, const char *ks, Py_ssize_t kl, PyObject *name,
+                          const char *text, Py_ssize_t len) {
+    return k == name || (kl == len && memcmp(ks, text, (size_t)len) == 0);
+}
+
+/* The born host's 8 bytes as `prepare` has cached them (borrowed), NULL if not cached. */
+static PyObject *host_bytes(PrepareCtx *c, PyObject *host) {
+    if (host == c->host) return c->host_bytes;
+    PyObject *raw = PyDict_GetItemWithError(c->hosts, host);
+    if (raw == NULL || !PyBytes_CheckExact(raw) || PyBytes_GET_SIZE(raw) != 8) return NULL;
+    if (PyTuple_CheckExact(host)) { /* held, and a tuple: the identity check stays sound */
+        Py_XSETREF(c->host, Py_NewRef(host));
+        Py_XSETREF(c->host_bytes, Py_NewRef(raw));
+    }
+    return raw;
 }
 
 static int arena_reserve(PreparedBatch *b, Py_ssize_t more) {
@@ -105,23 +126,26 @@ static int fast_prepare(PrepareCtx *c, PreparedBatch *b, PyObject *msg, BatchIte
         !plain_int(f[F_PTX], INT64_MIN, INT64_MAX, &v[F_PTX]))
         goto done;
     Py_ssize_t plen = 0, pos = 0, kl, vl, tlen;
-    PyObject *k, *val;
+    PyObject *k, *val, *tags = NULL, *uniq = NULL, *keys = NULL;
     while (PyDict_Next(props, &pos, &k, &val)) {
         if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(val)) goto done;
         const char *ks = PyUnicode_AsUTF8AndSize(k, &kl), *vs = PyUnicode_AsUTF8AndSize(val, &vl);
         if (ks == NULL || vs == NULL || has_separator(ks, kl) || has_separator(vs, vl)) goto done;
         plen += kl + vl + 2;
+        /* The properties TAGS, UNIQ_KEY and KEYS (keys are unique: each matches once at most). */
+        if (is_name(k, ks, kl, s_TAGS, "TAGS", 4))
+            tags = val;
+        else if (is_name(k, ks, kl, s_UNIQ_KEY, "UNIQ_KEY", 8))
+            uniq = val;
+        else if (is_name(k, ks, kl, s_KEYS, "KEYS", 4))
+            keys = val;
     }
     const char *ts = PyUnicode_AsUTF8AndSize(topic, &tlen);
     Py_ssize_t blen = PyBytes_GET_SIZE(body), size = HEADER_SIZE + blen + 1 + tlen + 2 + plen;
     if (ts == NULL || tlen > 255 || plen > MAX_PROPERTIES_LENGTH) goto done;
     if (blen > c->max_size || size > c->max_size || size > INT32_MAX) goto done;
-    PyObject *host = PyDict_GetItemWithError(c->hosts, f[F_HOST]);
-    if (host == NULL || !PyBytes_CheckExact(host) || PyBytes_GET_SIZE(host) != 8) goto done;
-    /* The dict's keys are all exact str: these lookups run no Python code and cannot fail. */
-    PyObject *tags = PyDict_GetItemWithError(props, s_TAGS);
-    PyObject *uniq = PyDict_GetItemWithError(props, s_UNIQ_KEY);
-    PyObject *keys = PyDict_GetItemWithError(props, s_KEYS);
+    PyObject *host = host_bytes(c, f[F_HOST]);
+    if (host == NULL) goto done;
 
     ok = -1; /* accepted: from here on a failure is a real error */
     if (arena_reserve(b, 1 + tlen + 2 + plen) < 0) goto done;
@@ -274,7 +298,7 @@ static void compute_crcs(PreparedBatch *b) {
 /* prepare_batch(msgs, max_message_size, valid_topics, hosts, prepare, Prepared) */
 PyObject *accel_prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (accel_nargs("prepare_batch", nargs, 6) < 0) return NULL;
-    PrepareCtx c = {args[2], args[3], PyLong_AsSsize_t(args[1])};
+    PrepareCtx c = {args[2], args[3], PyLong_AsSsize_t(args[1]), NULL, NULL};
     if (c.max_size == -1 && PyErr_Occurred()) return NULL;
     if (!PyAnySet_Check(c.valid_topics) || !PyDict_Check(c.hosts) || !PyType_Check(args[5]) ||
         !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type)) {
@@ -324,10 +348,12 @@ PyObject *accel_prepare_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         compute_crcs(b);
     }
     Py_DECREF(seq);
+    Py_XDECREF(c.host), Py_XDECREF(c.host_bytes);
     PyObject_GC_Track(b);
     return (PyObject *)b;
 error:
     Py_DECREF(seq);
+    Py_XDECREF(c.host), Py_XDECREF(c.host_bytes);
     Py_XDECREF(b);
     return NULL;
 }

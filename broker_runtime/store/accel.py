@@ -2,9 +2,10 @@
 
 The extension `_accel` (built from `_accel*.c` by `pip install`, when a C compiler is there) has
 one kernel per hot loop: prepare, encode, dispatch split, ConsumeQueue packing, index keys and
-index entries. Each has a pure-Python twin next to the code that calls it; the twin is the
-reference the tests hold the C kernel to, byte for byte, and it runs when the extension is
-missing, was built from other sources (ABI mismatch), or `MQAUDIT_STORE_PURE=1` is set.
+index entries, and the writes to segment files. Each has a pure-Python twin next to the code
+that calls it; the twin is the reference the tests hold the C kernel to, byte for byte, and it
+runs when the extension is missing, was built from other sources (ABI mismatch), or
+`MQAUDIT_STORE_PURE=1` is set.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from types import ModuleType
 
 PURE_ENV = "MQAUDIT_STORE_PURE"
-ABI = 2  # must equal _accel.ABI: bumped with every change of a kernel's signature or meaning
+ABI = 3  # must equal _accel.ABI: bumped with every change of a kernel's signature or meaning
 
 
 def load_native() -> ModuleType | None:

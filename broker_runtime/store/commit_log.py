@@ -20,6 +20,8 @@ from broker_runtime.store.segment_queue import SegmentQueue
 
 # What a put returns per message is what the dispatcher needs of it: one tuple serves both.
 PutResult = DispatchRequest
+# Disk reserved ahead of the write position (see MappedFile): 16 MiB measured as fast as 64.
+RESERVE_AHEAD = 16 << 20
 
 
 @dataclass(slots=True)
@@ -40,7 +42,7 @@ class CommitLog:
         store_host: bytes,
         on_dispatch: Callable[[list[DispatchRequest]], None],
     ) -> None:
-        self.segments = SegmentQueue(directory, segment_size)
+        self.segments = SegmentQueue(directory, segment_size, reserve_ahead=RESERVE_AHEAD)
         self.clock = clock
         self.store_host = store_host
         self._on_dispatch = on_dispatch

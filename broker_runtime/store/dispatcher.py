@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from broker_runtime.common.topics import SCHEDULE_TOPIC
 from broker_runtime.store.accel import native
@@ -24,16 +24,20 @@ GATHER_S = 0.001
 ScheduleTags = Callable[[int, int], int]
 
 
-ByQueue = dict[tuple[str, int], list[DispatchRequest]]
+ByQueue = Mapping[tuple[str, int], Sequence[DispatchRequest]]
 IndexRow = tuple[str, int, int, str | None, str | None]
 
 
-def _split_requests(requests: Sequence[DispatchRequest]) -> tuple[ByQueue, list[IndexRow]]:
+def _split_requests(
+    requests: Sequence[DispatchRequest],
+) -> tuple[ByQueue, Sequence[IndexRow]]:
     """The requests of each (topic, queue id), and the index rows of those with keys.
 
-    Index rows are (topic, log offset, store time, UNIQ_KEY, KEYS).
+    Index rows are (topic, log offset, store time, UNIQ_KEY, KEYS). The C kernel returns
+    read-only sequences over the requests instead of lists (no list or tuple per message),
+    which its pack_entries and index_keys kernels read directly.
     """
-    by_queue: ByQueue = {}
+    by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
     index_rows: list[IndexRow] = []
     for r in requests:
         rows = by_queue.get((r.topic, r.queue_id))
@@ -87,7 +91,7 @@ class Dispatcher:
 
     @staticmethod
     def _schedule_rows(
-        requests: list[DispatchRequest], tags: ScheduleTags
+        requests: Sequence[DispatchRequest], tags: ScheduleTags
     ) -> list[DispatchRequest]:
         """A delay level's requests with the delivery time as tag code (CommitLog's tagsCode)."""
         return [r._replace(tags_code=tags(r.queue_id, r.store_timestamp)) for r in requests]

@@ -3,7 +3,8 @@
 Group commit: each put waits until the log is flushed past its end; one flusher thread
 fdatasyncs on behalf of every put that arrived meanwhile, so concurrent puts share fsyncs.
 Like PostgreSQL's commit_delay, the flusher holds an fsync back (up to `delay_s`) while
-other puts are still being written, so that one fsync covers them too.
+other puts are still being written, or while fewer puts wait than the last fsync released
+(those producers are about to put again), so that one fsync covers them too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class GroupCommitService:
         self._work = threading.Condition(self._lock)  # the flusher waits here for puts
         self._writing = 0  # puts between begin() and wait_flushed()
         self._waiting = 0
+        self._expect = 1  # puts the last fsync released: as many are likely to come back
         self._flushed = 0
         self._running = True
         self.fsyncs = 0
@@ -52,14 +54,21 @@ class GroupCommitService:
         with self._cond:
             self._writing -= 1
             self.puts += 1
-            if self._flushed >= offset:
+            done = self._flushed >= offset
+            if not done:
+                self._waiting += 1
+            if (self._waiting == 1 and not done) or self._ready():
+                self._work.notify()  # the flusher only, and only when it has cause to look
+            if done:
                 return True
-            self._waiting += 1
-            self._work.notify()  # the flusher only: other puts have nothing to check
             ok = self._cond.wait_for(
                 lambda: self._flushed >= offset or self.error is not None, self._timeout_s
             )
             return ok and self.error is None
+
+    def _ready(self) -> bool:
+        """No put is mid-write and as many wait as the last fsync released: flush now."""
+        return self._waiting > 0 and self._writing <= 0 and self._waiting >= self._expect
 
     def _run(self) -> None:
         while True:
@@ -67,7 +76,8 @@ class GroupCommitService:
                 self._work.wait_for(lambda: self._waiting > 0 or not self._running)
                 if not self._running:
                     return
-                self._work.wait_for(lambda: self._writing <= 0, self._delay_s)
+                self._work.wait_for(self._ready, self._delay_s)
+                self._expect = max(1, self._waiting)
                 self._waiting = 0
             try:
                 flushed = self._flush()  # outside the lock: puts keep arriving meanwhile

@@ -36,11 +36,12 @@ def _index_keys(
     entries: Sequence[tuple[str, int, int, str | None, str | None]],
     end: int,
     tail_count: Callable[[int], int],
-) -> tuple[list[int], list[int], list[int]]:
+) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
     """Key hashes (made positive), log offsets and store times of the keys `entries` index.
 
     Entries below `end` (the newest file's endPhyOffset) are skipped; of the one at `end`, the
-    first `tail_count(end)` keys, which that file already holds.
+    first `tail_count(end)` keys, which that file already holds. (The C kernel returns the
+    three columns as array('q'), which `write_entries` reads without conversion.)
     """
     keys: list[str] = []
     phys: list[int] = []
@@ -125,7 +126,7 @@ class IndexService:
                 break
         return total
 
-    def _put(self, hashes: list[int], phys: list[int], times: list[int]) -> None:
+    def _put(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int]) -> None:
         start = 0
         while start < len(hashes):
             if not self._files or self._files[-1].is_full:

@@ -4,13 +4,21 @@ Writes go through `pwrite` at the write position (RocketMQ's transient-store-poo
 commits through the FileChannel the same way): writing through a fresh mmap ran at about
 half the speed here (see README); reads go through a shared read-only mmap of the same
 file, which sees those writes at once.
+
+A CommitLog segment reserves its disk blocks a few MiB ahead of the write position
+(`posix_fallocate`): a write into reserved blocks skips ext4's per-block delayed allocation,
+which cut the kernel's CPU time per written KiB by about a quarter here (see README). The
+blocks read as zeros until written, so the file's bytes are the same as without it.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
+
+from broker_runtime.store.accel import native
 
 NAME_DIGITS = 20
 
@@ -19,8 +27,24 @@ def segment_name(offset: int) -> str:
     return f"{offset:0{NAME_DIGITS}d}"
 
 
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """All of `data` at file position `pos` (pwrite to a regular file is short only on trouble)."""
+    written = os.pwrite(fd, data, pos)
+    while written < len(data):
+        more = os.pwrite(fd, memoryview(data)[written:], pos + written)
+        if more == 0:
+            raise OSError(errno.EIO, "short write", str(fd))
+        written += more
+
+
+pwrite_all = _pwrite_all if native is None else native.pwrite_all
+
+
 class MappedFile:
-    def __init__(self, path: Path, file_size: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self, path: Path, file_size: int, *, readonly: bool = False, reserve_ahead: int = 0
+    ) -> None:
+        """`reserve_ahead`: bytes of disk to reserve past each write that leaves the reserve."""
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name)
@@ -36,6 +60,8 @@ class MappedFile:
         # For a file that already existed the owner sets these after recovering it.
         self.wrote_position = 0
         self.flushed_position = 0
+        self._reserve_ahead = reserve_ahead
+        self._reserved = 0  # blocks before this file position are reserved (or written)
 
     @property
     def end_offset(self) -> int:
@@ -53,14 +79,20 @@ class MappedFile:
         pos = self.wrote_position
         if pos + len(data) > self.file_size:
             raise ValueError(f"{len(data)} bytes do not fit at {pos} of {self.path.name}")
-        written = os.pwrite(self._fd, data, pos)
-        while written < len(data):  # pwrite on a regular file is short only on ENOSPC-like trouble
-            more = os.pwrite(self._fd, memoryview(data)[written:], pos + written)
-            if more == 0:
-                raise OSError(f"short write to {self.path}")
-            written += more
+        if pos + len(data) > self._reserved and self._reserve_ahead:
+            self._reserve(pos, pos + len(data) + self._reserve_ahead)
+        pwrite_all(self._fd, data, pos)
         self.wrote_position = pos + len(data)
         return pos
+
+    def _reserve(self, start: int, stop: int) -> None:
+        start, stop = max(start, self._reserved), min(stop, self.file_size)
+        try:
+            os.posix_fallocate(self._fd, start, stop - start)
+        except OSError:
+            self._reserve_ahead = 0  # not supported here, or the disk is full: plain writes
+            return  # (pwrite reports a full disk itself)
+        self._reserved = stop
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Overwrite bytes at a file-relative position (recovery zeroes a torn tail with it)."""

@@ -12,14 +12,22 @@ _SEGMENT_NAME = re.compile(rf"\d{{{NAME_DIGITS}}}")
 
 
 class SegmentQueue:
-    def __init__(self, directory: Path, file_size: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, file_size: int, *, readonly: bool = False, reserve_ahead: int = 0
+    ) -> None:
+        """`reserve_ahead`: see MappedFile (the CommitLog's segments reserve disk ahead)."""
         self.directory = directory
         self.file_size = file_size
+        self.reserve_ahead = reserve_ahead
         self.files: list[MappedFile] = []
         if directory.is_dir():
             names = sorted(p.name for p in directory.iterdir() if _SEGMENT_NAME.fullmatch(p.name))
             for name in names:
-                self.files.append(MappedFile(directory / name, file_size, readonly=readonly))
+                self.files.append(
+                    MappedFile(
+                        directory / name, file_size, readonly=readonly, reserve_ahead=reserve_ahead
+                    )
+                )
             for prev, nxt in zip(self.files, self.files[1:], strict=False):
                 if nxt.file_from_offset != prev.file_from_offset + file_size:
                     raise ValueError(
@@ -54,7 +62,9 @@ class SegmentQueue:
         else:
             start = start_offset - start_offset % self.file_size
         self.directory.mkdir(parents=True, exist_ok=True)
-        f = MappedFile(self.directory / segment_name(start), self.file_size)
+        f = MappedFile(
+            self.directory / segment_name(start), self.file_size, reserve_ahead=self.reserve_ahead
+        )
         self.files.append(f)
         return f
 

@@ -51,10 +51,6 @@ class WorkloadError(RuntimeError):
     """A scenario could not be carried out; the message says which step and why."""
 
 
-def cli_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "broker_runtime.cli.main", *args]
-
-
 @dataclass
 class Sent:
     """One message the workload sent, and every place it knows the message was stored."""
@@ -156,27 +152,27 @@ class Harness:
         """Ledgers of a cluster's clients go under its data dir (unless a URL is given)."""
         return None if self.ledger_url else cluster_dir
 
-    def run_cli(self, *args: str, timeout: float = 180.0) -> str:
-        out = subprocess.run(cli_argv(*args), capture_output=True, text=True, timeout=timeout)
-        if out.returncode != 0:
-            raise WorkloadError(f"mqaudit {' '.join(args[:2])} failed: {out.stderr[-2000:]}")
-        return out.stdout
-
-    def cluster_up(self, name: str, settings: dict[str, str], *args: str) -> ClusterLayout:
-        """A fresh cluster of its own for scenario `name` in DIR/scenarios/<name>/."""
+    def cluster_up(self, name: str, **settings: Any) -> ClusterLayout:
+        """A fresh cluster of its own for scenario `name` in DIR/scenarios/<name>/, as
+        `mqaudit cluster up` starts it (`settings`: ClusterSettings fields; broker settings
+        over SCENARIO_BROKER_SETTINGS). Its nodes are this process's children, so that
+        `cluster_down` reaps them (a `cluster down` in another process would wait out its
+        grace on every node restarted here: an exited child stays until its parent reaps it)."""
         root = self.data_dir / "scenarios" / name
-        if (root / CLUSTER_FILE).exists():
-            self.run_cli("cluster", "down", "--data-dir", str(root), "--grace", "5")
+        if (root / CLUSTER_FILE).exists():  # a run before this one left it
+            supervisor.down(ClusterLayout.load(root), 5.0)
         shutil.rmtree(root, ignore_errors=True)
-        argv = ["cluster", "up", "--data-dir", str(root), "--detach", *args]
-        for key, value in {**SCENARIO_BROKER_SETTINGS, **settings}.items():
-            argv += ["--set", f"{key}={value}"]
+        broker = {**SCENARIO_BROKER_SETTINGS, **settings.pop("broker_settings", {})}
         self.say(f"{name}: starting its own cluster in {root}")
-        self.run_cli(*argv)
-        return ClusterLayout.load(root)
+        try:
+            return supervisor.up(
+                supervisor.ClusterSettings(data_dir=root, broker_settings=broker, **settings)
+            )
+        except supervisor.ClusterError as e:
+            raise WorkloadError(f"{name}: its cluster did not come up: {e}") from e
 
     def cluster_down(self, root: Path) -> None:
-        self.run_cli("cluster", "down", "--data-dir", str(root), "--grace", "10")
+        supervisor.down(ClusterLayout.load(root), 10.0)
 
     def start_nodes(self, root: Path, *names: str) -> None:
         """Start stopped nodes of the cluster in `root` again, side by side, on their ports
@@ -304,6 +300,12 @@ class Harness:
             if p.alive() and scenario in (None, p.scenario):
                 p.proc.kill()
                 p.proc.wait()
+
+    async def release(self, proc: ConsumerProc, timeout: float = 30) -> None:
+        """Start a consumer spawned with `wait_signal` once it has loaded (spawned ahead, its
+        process start overlaps the steps before it joins)."""
+        await self.until(lambda: proc.state.ready, timeout, f"{proc.name} to load", [proc])
+        proc.signal_start()
 
     async def until(
         self,

@@ -1,4 +1,4 @@
-"""Run the planned scenarios one after another and write truth.json.
+"""Run the planned scenarios, in lanes side by side, and write truth.json.
 
 Scenarios that need the cluster configured otherwise (replication and flush modes, the
 queue access lock) start their own cluster under DIR/scenarios/<name>/ and take it down
@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,11 @@ from broker_runtime.workload import plan as P
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.scenarios.common import Ctx
 from broker_runtime.workload.scenarios.failures import consumer_failures, producer_resend
-from broker_runtime.workload.scenarios.master_crash import SETTINGS as CRASH_SETTINGS
-from broker_runtime.workload.scenarios.master_crash import master_crash_async, master_crash_sync
+from broker_runtime.workload.scenarios.master_crash import (
+    ASYNC_SETTINGS,
+    master_crash_async,
+    master_crash_sync,
+)
 from broker_runtime.workload.scenarios.rebalance import (
     namesrv_split,
     rebalance_lock_off,
@@ -45,52 +48,53 @@ ON_MAIN_CLUSTER: dict[str, Runner] = {
     P.NAMESRV_SPLIT: namesrv_split,
     P.CONSUMER_FAILURES: consumer_failures,
 }
+# The main cluster's scenarios in two lanes of about the same length (each scenario has a
+# topic and groups of its own; most of their time is spent waiting on consumer processes).
+MAIN_LANE: dict[str, str] = {
+    P.CONSUMER_CRASH: "main-1",
+    P.ACK_LOST: "main-1",
+    P.NAMESRV_SPLIT: "main-1",
+    P.PRODUCER_RESEND: "main-2",
+    P.CONSUMER_FAILURES: "main-2",
+}
 
 
 @dataclass(frozen=True)
 class OwnCluster:
-    """A scenario on a cluster of its own: `mqaudit cluster up` arguments and settings."""
+    """A scenario on a cluster of its own: its ClusterSettings (`mqaudit cluster up`)."""
 
     runner: Runner
-    lane: str  # scenarios of one lane run one after another
-    args: tuple[str, ...]
-    settings: dict[str, str] = field(default_factory=dict)
+    cluster: dict[str, Any]
 
 
-_SMALL = ("--name-servers", "1", "--groups", "broker-a", "--segment-size", str(64 << 20))
+_SMALL: dict[str, Any] = {"name_servers": 1, "groups": ("broker-a",), "segment_size": 64 << 20}
+
+
+def _rebalance(lock: bool) -> dict[str, Any]:
+    lock_settings = {"queue_access_lock": str(lock).lower(), "queue_lock_hold_timeout_ms": "10000"}
+    return {**_SMALL, "slaves": False, "broker_settings": lock_settings}
+
+
+def _crash(mode: str) -> dict[str, Any]:
+    broker = ASYNC_SETTINGS if mode == "async" else {}
+    return {**_SMALL, "flush": mode, "replication": mode, "broker_settings": broker}
+
+
 ON_OWN_CLUSTER: dict[str, OwnCluster] = {
-    P.REBALANCE_LOCK_OFF: OwnCluster(
-        rebalance_lock_off, "rebalance", (*_SMALL, "--no-slaves"), {"queue_access_lock": "false"}
-    ),
-    P.REBALANCE_LOCK_ON: OwnCluster(
-        rebalance_lock_on,
-        "rebalance",
-        (*_SMALL, "--no-slaves"),
-        {"queue_access_lock": "true", "queue_lock_hold_timeout_ms": "10000"},
-    ),
-    P.MASTER_CRASH_ASYNC: OwnCluster(
-        master_crash_async,
-        "master_crash_async",
-        (*_SMALL, "--flush", "async", "--replication", "async"),
-        CRASH_SETTINGS,
-    ),
-    P.MASTER_CRASH_SYNC: OwnCluster(
-        master_crash_sync,
-        "master_crash_sync",
-        (*_SMALL, "--flush", "sync", "--replication", "sync"),
-        CRASH_SETTINGS,
-    ),
+    P.REBALANCE_LOCK_OFF: OwnCluster(rebalance_lock_off, _rebalance(False)),
+    P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, _rebalance(True)),
+    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, _crash("async")),
+    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, _crash("sync")),
 }
 
 
 def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
-    """Scenarios that run one after another: the main cluster's; the two rebalances (run
-    alike, to be compared); each master crash. The lanes run side by side."""
+    """Scenarios that run one after another: the main cluster's, in two lanes; each one on
+    a cluster of its own alone. The lanes run side by side: the two rebalances too, so that
+    the lock on and off are compared on the same workload under the same machine load."""
     out: dict[str, list[P.ScenarioPlan]] = {}
     for p in plans:
-        own = ON_OWN_CLUSTER.get(p.name)
-        key = own.lane if own is not None else "main"
-        out.setdefault(key, []).append(p)
+        out.setdefault(MAIN_LANE.get(p.name, p.name), []).append(p)
     return list(out.values())
 
 
@@ -109,7 +113,7 @@ class ClusterStarter:
         for _, n in order:
             own = ON_OWN_CLUSTER.get(n)
             if own is not None:
-                self.started[n] = self.pool.submit(h.cluster_up, n, own.settings, *own.args)
+                self.started[n] = self.pool.submit(h.cluster_up, n, **own.cluster)
         self._down: set[str] = set()
 
     async def layout(self, name: str) -> ClusterLayout:
@@ -171,6 +175,7 @@ async def run(
     say(f"run {run_id}: {len(plans)} scenario(s), {messages} messages, seed {seed}")
     entries: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, str]] = []
+    seconds: dict[str, float] = {}  # per scenario, from its start (its cluster's wait included)
     starter = ClusterStarter(h, plans)
 
     async def one(p: P.ScenarioPlan) -> None:
@@ -178,6 +183,9 @@ async def run(
         say(f"{p.name}: {p.messages} messages, {json.dumps(p.params)[:160]}")
         if p.name in ON_OWN_CLUSTER:
             own = await starter.layout(p.name)
+            waited = time.monotonic() - started
+            if waited >= 1:
+                say(f"{p.name}: its cluster is up after {waited:.1f} s")
             ctx = Ctx(h, p, Path(own.data_dir), own.namesrv_addr)
             entries[p.name] = await ON_OWN_CLUSTER[p.name].runner(ctx)
             starter.down(p.name)
@@ -185,7 +193,9 @@ async def run(
             ctx = Ctx(h, p, h.data_dir, layout.namesrv_addr)
             entries[p.name] = await ON_MAIN_CLUSTER[p.name](ctx)
         found = {k: v for k, v in entries[p.name]["expected"].items() if v}
-        say(f"{p.name}: done in {time.monotonic() - started:.1f} s: {found}")
+        seconds[p.name] = round(time.monotonic() - started, 1)
+        entries[p.name]["stats"]["seconds"] = seconds[p.name]
+        say(f"{p.name}: done in {seconds[p.name]} s: {found}")
 
     async def lane(lane_plans: list[P.ScenarioPlan]) -> None:
         """Scenarios one after another; one that fails is recorded, and the next starts."""
@@ -210,6 +220,10 @@ async def run(
         write_truth(truth_path, doc)
     say(f"truth written to {truth_path}")
     out = summary(doc)
+    out["scenario_seconds"] = seconds
+    dups = out.get("rebalance_duplicate_deliveries", {})
+    if dups:
+        say(f"rebalance duplicate deliveries: {', '.join(f'{k} {v}' for k, v in dups.items())}")
     if failures:
         out["failed"] = failures
     return out, not failures

@@ -29,13 +29,30 @@ if TYPE_CHECKING:
 
 def peer_host(conn: Connection) -> tuple[str, int]:
     """The client's address as BORNHOST (IPv4 loopback when it is anything else)."""
-    host, _, port = conn.peer.rpartition(":")
-    return (host, int(port)) if host.count(".") == 3 and port.isdigit() else ("127.0.0.1", 0)
+    addr = conn.peer_addr
+    return addr if addr is not None and addr[0].count(".") == 3 else ("127.0.0.1", 0)
 
 
 class SendProcessor:
+    MAX_KNOWN_NAMES = 10_000  # a client making up names must not grow the cache for ever
+
     def __init__(self, ctl: BrokerController) -> None:
         self.ctl = ctl
+        self._topics: set[str] = set()  # names that passed validation: checked once each
+        self._groups: set[str] = set()
+        # offset_msg_id's first half (the store host) is the same for every message here.
+        self._host_hex = offset_msg_id(ctl.config.store.store_host, 0)[:16]
+
+    def _check_names(self, topic: str, group: str) -> None:
+        for name, known, validate in (
+            (topic, self._topics, validate_topic),
+            (group, self._groups, validate_group),
+        ):
+            if name not in known:
+                validate(name)
+                if len(known) >= self.MAX_KNOWN_NAMES:
+                    known.clear()
+                known.add(name)
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctl = self.ctl
@@ -46,8 +63,8 @@ class SendProcessor:
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 "this broker is a slave: send to its master",
             )
-        validate_topic(h.topic)
-        validate_group(h.producer_group)
+        if h.topic not in self._topics or h.producer_group not in self._groups:
+            self._check_names(h.topic, h.producer_group)
         if h.topic == SCHEDULE_TOPIC:
             return response_to(
                 cmd,
@@ -111,9 +128,9 @@ class SendProcessor:
             return response_to(cmd, ResponseCode.FLUSH_DISK_TIMEOUT, str(e))
         last = results[-1]
         code, remark = await ctl.replicate(last.phys_offset + last.size)
-        store_host = ctl.config.store.store_host
+        host = self._host_hex
         out = SendMessageResponseHeader(
-            msg_id=",".join(offset_msg_id(store_host, r.phys_offset) for r in results),
+            msg_id=",".join([f"{host}{r.phys_offset:016X}" for r in results]),
             queue_id=queue_id,
             queue_offset=results[0].queue_offset,
             phys_offset=results[0].phys_offset,

@@ -36,6 +36,11 @@ class Ctx:
     def group(self, suffix: str = "") -> str:
         return f"wl-{self.h.run_id}-{self.name.replace('_', '-')}{suffix}"
 
+    def patience(self, base: float) -> float:
+        """A timeout for consuming the scenario's messages: `base` seconds and 10 ms per
+        message (a loaded machine still consumes a few hundred a second)."""
+        return base + self.plan.messages / 100
+
     @property
     def ledger_dir(self) -> Path | None:
         return self.h.ledger_dir(self.root)

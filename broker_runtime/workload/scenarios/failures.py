@@ -4,6 +4,7 @@ for good (retry, then the DLQ) or for a while (retry, then success). On the main
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from broker_runtime.client.admin import MQAdmin
@@ -32,7 +33,7 @@ async def producer_resend(c: Ctx) -> dict[str, Any]:
     def all_copies() -> bool:
         return len(a.state.deliveries) >= copies and consumed_by([a]) >= set(range(m))
 
-    await h.until(all_copies, 60, "every stored copy to be consumed", [a])
+    await h.until(all_copies, c.patience(60), "every stored copy to be consumed", [a])
     await asyncio.sleep(0.3)
     await a.stop()
     positions: dict[str, list[tuple[str, str, int, int]]] = {s.msg_id: list(s.copies) for s in sent}
@@ -67,14 +68,12 @@ async def consumer_failures(c: Ctx) -> dict[str, Any]:
     )  # fmt: skip
     ok = set(range(m)) - set(permanent)
 
-    def failures(i: int) -> int:
-        return sum(1 for d in a.state.deliveries if d.index == i and d.outcome == "RECONSUME_LATER")
-
     def settled() -> bool:
-        return consumed_by([a]) >= ok and all(failures(i) > max_times for i in permanent)
+        failed = Counter(d.index for d in a.state.deliveries if d.outcome == "RECONSUME_LATER")
+        return consumed_by([a]) >= ok and all(failed[i] > max_times for i in permanent)
 
     h.say(f"{c.name}: {len(permanent)} messages fail always, {len(transient)} for a while")
-    await h.until(settled, 120, "retries and dead letters to settle", [a])
+    await h.until(settled, c.patience(120), "retries and dead letters to settle", [a])
     dead = await _dead_letters(c, group, [sent[i].msg_id for i in permanent])
     await a.stop()
     findings = group_findings(group, c.topic, [a])

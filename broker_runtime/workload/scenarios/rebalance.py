@@ -31,11 +31,13 @@ async def namesrv_split(c: Ctx) -> dict[str, Any]:
     first, second = brokers[0], brokers[1]
     await h.create_topic(c.namesrv, c.topic, 4, [first])
     # c2 reads the route now, while only `first` serves the topic, and keeps that view: its
-    # name server poll (30 s) does not come round before it leaves.
-    c2 = c.consumer("c2", group, poll_namesrv_s=30.0)
+    # name server poll (RocketMQ's default is 30 s; 120 s here, for a loaded machine) does
+    # not come round before it leaves.
+    c2 = c.consumer("c2", group, poll_namesrv_s=120.0)
+    c1 = c.consumer("c1", group, wait_signal=True)  # loads now, reads the route when released
     await h.until(lambda: len(c2.state.owns) == 4, 30, "c2 to own the topic's queues", [c2])
     await h.create_topic(c.namesrv, c.topic, 4, [first, second])
-    c1 = c.consumer("c1", group)
+    await h.release(c1)
 
     def split() -> bool:
         return bool(c1.state.owns & c2.state.owns)
@@ -52,9 +54,11 @@ async def namesrv_split(c: Ctx) -> dict[str, Any]:
                 return False
         return True
 
-    await h.until(own_done, 60, "each consumer to consume its queues", [c1, c2])
+    await h.until(own_done, c.patience(60), "each consumer to consume its queues", [c1, c2])
     await c2.stop()  # c1 is told the group changed, rebalances alone and takes every queue
-    await h.until(lambda: consumed_by([c1]) >= set(range(m)), 60, "c1 to consume the rest", [c1])
+    await h.until(
+        lambda: consumed_by([c1]) >= set(range(m)), c.patience(60), "c1 to consume the rest", [c1]
+    )
     await asyncio.sleep(0.3)
     await c1.stop()
     findings = group_findings(group, c.topic, [c1, c2])
@@ -92,12 +96,16 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
     b = c.consumer("b", group, wait_signal=True, **spec)
     h.say(f"{c.name}: topic created, {upfront} messages sent")
     await h.until(lambda: b.state.ready, 30, "consumer b to load", [a, b])
-    await h.until(lambda: len(consumed_by([a])) >= join, 60, f"a to consume {join}", [a, b])
-    b.signal_start()
+    await h.until(
+        lambda: len(consumed_by([a])) >= join, c.patience(60), f"a to consume {join}", [a, b]
+    )
+    await h.release(b)
     h.say(f"{c.name}: b joins after a consumed {len(consumed_by([a]))} of {m}")
     await h.until(lambda: bool(b.state.owns), 30, "b to own queues", [a, b])
     await c.produce(range(upfront, m))
-    await h.until(lambda: consumed_by([a, b]) >= set(range(m)), 90, "all consumed", [a, b])
+    await h.until(
+        lambda: consumed_by([a, b]) >= set(range(m)), c.patience(90), "all consumed", [a, b]
+    )
     h.say(f"{c.name}: all consumed")
     await asyncio.sleep(1.0)  # handovers finish and commit
     await b.stop()

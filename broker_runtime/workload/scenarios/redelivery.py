@@ -44,22 +44,23 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
     held_q, held_off = queue_of(held.position), held.position[3]
     h.say(f"{c.name}: consumer a hangs on message {hold} ({held_q} @ {held_off})")
     a = c.consumer("a", group, hang=[hold])
+    b = c.consumer("b", group, wait_signal=True)  # loads now, joins the group after the kill
     others = set(range(m)) - {hold}
     await h.until(
         lambda: consumed_by([a]) >= others and any(d.index == hold for d in a.state.deliveries),
-        60, "consumer a to finish all but the held message", [a],
+        c.patience(60), "consumer a to finish all but the held message", [a],
     )  # fmt: skip
     want = {q: (held_off if q == held_q else end) for q, end in ends(sent).items()}
     await _offsets_reach(c, group, want)
     await a.kill()  # kill -9 while it holds the lowest unacked offset of its queue
     h.say(f"{c.name}: consumer a killed; b takes over")
-    b = c.consumer("b", group)
+    await h.release(b)
     again = {
         s.index
         for s in sent
         if s.position and queue_of(s.position) == held_q and s.position[3] >= held_off
     }
-    await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
+    await h.until(lambda: consumed_by([b]) >= again, c.patience(60), "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
     await b.stop()
     findings = group_findings(group, c.topic, [a, b])
@@ -91,7 +92,10 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
     lossy_q, lossy_off = queue_of(pos), pos[3]
     h.say(f"{c.name}: acks of {lossy_q} past offset {lossy_off} will be lost")
     a = c.consumer("a", group, lose_acks=[*lossy_q, lossy_off])
-    await h.until(lambda: consumed_by([a]) >= set(range(m)), 60, "consumer a to consume all", [a])
+    b = c.consumer("b", group, wait_signal=True)  # loads now, joins the group after the kill
+    await h.until(
+        lambda: consumed_by([a]) >= set(range(m)), c.patience(60), "consumer a to consume all", [a]
+    )
     want = {q: end for q, end in ends(sent).items() if q != lossy_q}
     await _offsets_reach(c, group, want)
     await asyncio.sleep(SETTLE_S)
@@ -99,13 +103,13 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
     await a.kill()
     restart_from = max(0, at_kill.get(lossy_q, -1))
     h.say(f"{c.name}: consumer a killed; its queue {lossy_q} stands at {restart_from}")
-    b = c.consumer("b", group)
+    await h.release(b)
     again = {
         s.index
         for s in sent
         if s.position and queue_of(s.position) == lossy_q and s.position[3] >= restart_from
     }
-    await h.until(lambda: consumed_by([b]) >= again, 60, "consumer b to redeliver", [b])
+    await h.until(lambda: consumed_by([b]) >= again, c.patience(60), "consumer b to redeliver", [b])
     await asyncio.sleep(0.3)
     await b.stop()
     findings = group_findings(group, c.topic, [a, b])

@@ -24,6 +24,17 @@ def c_kernels() -> ModuleType:
         pytest.skip(f"the store's C extension is not built: {e}")
 
 
+def c_path_in_use() -> None:
+    """Skips the test when MQAUDIT_STORE_PURE switched the store to its Python kernels.
+
+    For tests of the store's default path (the public entries calling the C kernels).
+    """
+    from broker_runtime.store import accel
+
+    if accel.IMPLEMENTATION != "c" and os.environ.get(accel.PURE_ENV, "") not in ("", "0"):
+        pytest.skip(f"{accel.PURE_ENV} is set: the store runs its Python kernels")
+
+
 def outcome(fn: Callable[[], Any]) -> tuple[Any, ...]:
     """('ok', value) or ('error', exception type, message): what a caller of `fn` sees."""
     try:

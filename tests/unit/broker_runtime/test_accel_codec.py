@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import DispatchRequest, Prepared
-from tests.unit.broker_runtime.accel_helpers import c_kernels, outcome
+from tests.unit.broker_runtime.accel_helpers import c_kernels, c_path_in_use, outcome
 
 C = c_kernels()
 I32 = (-(2**31), 2**31 - 1)
@@ -124,6 +124,7 @@ def test_prepare_batch_fails_at_the_same_message(msgs: list[Message], limit: int
 
 
 def test_prepare_batch_public_entry_uses_the_kernel_when_built() -> None:
+    c_path_in_use()
     msgs = [Message("T", b"body", {TAGS: "t", UNIQ_KEY: "u"}, queue_id=q) for q in range(3)]
     batch = codec.prepare_batch(msgs)
     assert isinstance(batch, C.PreparedBatch)

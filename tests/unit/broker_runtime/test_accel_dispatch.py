@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -40,8 +41,16 @@ requests = st.builds(
 def test_split_requests_matches_python(reqs: list[DispatchRequest]) -> None:
     by_queue, index_rows = C.split_requests(reqs)
     ref_by_queue, ref_index_rows = dispatcher._split_requests(reqs)
-    assert list(by_queue.items()) == list(ref_by_queue.items())  # same queue order too
-    assert index_rows == ref_index_rows
+    # Views over the requests (no list per queue): the same rows, queue order too.
+    assert [(k, list(v)) for k, v in by_queue.items()] == list(ref_by_queue.items())
+    assert list(index_rows) == ref_index_rows
+    # The kernels that read the views see the same rows (offsets renumbered: small gaps).
+    renumbered = [r._replace(queue_offset=i) for i, r in enumerate(reqs)]
+    for rows in C.split_requests(renumbered)[0].values():
+        first = rows[0].queue_offset
+        assert C.pack_entries(rows, first, 0) == C.pack_entries(list(rows), first, 0)
+    got = outcome(lambda: C.index_keys(index_rows, 2**40, lambda _at: 1))
+    assert got == outcome(lambda: C.index_keys(list(index_rows), 2**40, lambda _at: 1))
 
 
 # Queue offsets that mostly follow on, with repeats (re-dispatch) and jumps (gaps).
@@ -98,8 +107,11 @@ def test_index_keys_matches_python(
 
         return tail_count
 
-    got = outcome(lambda: C.index_keys(rows, end, tail_counter(0)))
-    assert got == outcome(lambda: index_service._index_keys(rows, end, tail_counter(1)))
+    got = outcome(lambda: [list(col) for col in C.index_keys(rows, end, tail_counter(0))])
+    ref = outcome(
+        lambda: [list(col) for col in index_service._index_keys(rows, end, tail_counter(1))]
+    )
+    assert got == ref
     assert calls[0] == calls[1]
 
 
@@ -126,7 +138,10 @@ def test_write_entries_matches_python(
     times = data.draw(st.lists(st.integers(*I64), min_size=start + n, max_size=start + n))
     base = data.draw(st.sampled_from([1 << 62, 1_700_000_000_000]) | st.integers(*I64))
     args = (hashes, phys, times, start, start + n, count, slots, at, base)
-    c_image, py_image = bytearray(image), bytearray(image)
+    c_image, py_image, c_arrays = bytearray(image), bytearray(image), bytearray(image)
     C.write_entries(c_image, *args)
     index_file._write_entries(py_image, *args)
     assert c_image == py_image
+    columns = [array("q", col) for col in (hashes, phys, times)]  # as index_keys returns them
+    C.write_entries(c_arrays, *columns, *args[3:])
+    assert c_arrays == py_image

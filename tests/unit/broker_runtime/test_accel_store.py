@@ -6,6 +6,7 @@ suite is run once more against it (`test_store_suite_passes_on_the_pure_path`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -19,10 +20,10 @@ import pytest
 from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
-from broker_runtime.store import accel
+from broker_runtime.store import accel, mapped_file
 from broker_runtime.store.message_store import MessageStore
 from tests.conftest import REPO
-from tests.unit.broker_runtime.accel_helpers import c_kernels
+from tests.unit.broker_runtime.accel_helpers import c_kernels, c_path_in_use
 
 c_kernels()  # skips this module when the extension is not built
 
@@ -86,6 +87,7 @@ def files(root: Path) -> dict[str, bytes]:
 
 
 def test_same_bytes_on_disk_as_the_pure_path(tmp_path: Path) -> None:
+    c_path_in_use()
     code = (
         "import json, sys\n"
         "from broker_runtime.store import accel\n"
@@ -141,3 +143,23 @@ def test_store_suite_passes_on_the_pure_path() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 300_000])  # the big one lets go of the GIL
+def test_pwrite_all_matches_python(tmp_path: Path, size: int) -> None:
+    C = c_kernels()
+    data = random.Random(size).randbytes(size)
+    written = {}
+    for name, pwrite_all in (("c", C.pwrite_all), ("python", mapped_file._pwrite_all)):
+        path = tmp_path / name
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            pwrite_all(fd, b"head", 0)
+            pwrite_all(fd, memoryview(data), 7)
+        finally:
+            os.close(fd)
+        written[name] = path.read_bytes()
+        with pytest.raises(OSError) as e:
+            pwrite_all(fd, data or b"x", 0)  # closed: EBADF, as os.pwrite says
+        assert e.value.errno == errno.EBADF
+    assert written["c"] == written["python"] == (b"head\0\0\0" + data if data else b"head")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,17 @@ def test_persist_and_reload(tmp_path: Path) -> None:
     t = again.table()
     t["TopicA@g1"][0] = 999
     assert again.query("TopicA", "g1", 0) == 12
+
+
+def test_concurrent_persists_all_succeed(tmp_path: Path) -> None:
+    """The periodic persist and a slave's sync run on executor threads at once."""
+    offsets = ConsumerOffsets(tmp_path)
+    offsets.commit("t", "g", 0, 7)
+    with ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(offsets.persist) for _ in range(200)]:
+            f.result()  # a shared tmp file renamed by another writer would raise here
+    assert ConsumerOffsets(tmp_path).query("t", "g", 0) == 7
+    assert leftovers(tmp_path) == []
 
 
 def test_reload_of_an_empty_store(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from broker_runtime.remoting.connection import (
     RemotingTimeoutError,
     connect,
 )
+from broker_runtime.remoting.framing import FrameDecoder, encode
 from broker_runtime.remoting.protocol import RequestCode, ResponseCode
 from broker_runtime.remoting.server import ProcessorTable, RemotingServer
 
@@ -63,6 +64,29 @@ def test_request_response_and_concurrency() -> None:
         assert [r.ext_fields["i"] for r in results] == [str(i) for i in range(200)]
         assert all(r.body == b"x" * i for i, r in enumerate(results))
         await client.close()
+
+    run_with_server(t)
+
+
+def test_pipelined_frames_in_one_write_are_all_answered() -> None:
+    """Several requests in one TCP write (answered together at the end of the loop turn),
+    one of them waiting on a slow processor; TCP_NODELAY on both ends."""
+
+    async def t(server: RemotingServer, addr: str) -> None:
+        host, port = split_addr(addr)
+        reader, writer = await asyncio.open_connection(host, port)
+        sent = [request(ECHO, {"i": i}) for i in range(3)] + [request(SLOW, {"sleep": 0.1})]
+        writer.write(b"".join(encode(c) for c in sent))
+        decoder, got = FrameDecoder(), []
+        while len(got) < len(sent):
+            got += decoder.feed(await asyncio.wait_for(reader.read(65536), 5))
+        assert sorted(r.opaque for r in got) == sorted(c.opaque for c in sent)
+        assert got[-1].opaque == sent[-1].opaque  # the slow one last
+        (conn,) = server.connections
+        assert conn._transport is not None
+        for end in (conn._transport, writer):
+            assert end.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        writer.close()
 
     run_with_server(t)
 

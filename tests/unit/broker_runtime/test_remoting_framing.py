@@ -38,6 +38,35 @@ def test_round_trip_any_command(
     )
 
 
+@given(
+    code=st.integers(-(2**31), 2**31 - 1),
+    fields=st.dictionaries(st.text(min_size=1, max_size=10), field_text, max_size=5),
+    remark=st.none() | field_text,
+    language=st.sampled_from(["JAVA", "PYTHON", "GO"]),
+)
+def test_header_is_what_json_dumps_writes(
+    code: int, fields: dict[str, str], remark: str | None, language: str
+) -> None:
+    """The hand-written header encoder: byte for byte json.dumps of RocketMQ's header."""
+    cmd = RemotingCommand(code=code, opaque=9, remark=remark, ext_fields=fields, language=language)
+    header: dict[str, object] = {
+        "code": code, "language": language, "version": 0, "opaque": 9, "flag": 0,
+        "serializeTypeCurrentRPC": "JSON",
+    }  # fmt: skip
+    if remark is not None:
+        header["remark"] = remark
+    if fields:
+        header["extFields"] = fields
+    assert cmd.encode_header() == json.dumps(header, separators=(",", ":")).encode()
+
+
+def test_header_json_with_blanks_or_numbers_still_decodes() -> None:
+    """Another client's header: spaces around it, numbers as extFields values."""
+    header = b' { "code" : 10 , "opaque" : 3, "extFields" : {"queueId": 2, "b": true} } '
+    (cmd,) = FrameDecoder().feed(_frame(header))
+    assert (cmd.code, cmd.opaque, cmd.ext_fields) == (10, 3, {"queueId": "2", "b": "true"})
+
+
 def test_rocketmq_frame_layout() -> None:
     cmd = request(RequestCode.SEND_MESSAGE, {"topic": "T", "queueId": 3}, b"hello")
     frame = encode(cmd)

@@ -96,6 +96,8 @@ def test_bench_prints_one_json_result(benched: tuple[Path, dict[str, Any]]) -> N
         2,
     )
     assert result["flush"] == "async"
+    assert result["api"] == "MessageStore.put_messages, 1 message(s) per call"
+    assert result["cpu_us_per_message"] > 0 and len(result["load_avg_1m"]) == 2
     segments = sorted((store / "commitlog").iterdir())
     assert len(segments) >= 4  # 3000 x ~400 bytes in 256 KiB segments
     assert {p.stat().st_size for p in segments} == {SEGMENT}

@@ -1,47 +1,15 @@
-"""Ledger databases as the BRIEF's shared contract defines them, for testing the reader
-(the writer's own module may not exist on this branch: these definitions are the contract)."""
+"""Ledger databases filled with test rows, in the tables broker_runtime.ledger.schema owns."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, create_engine, insert
+from sqlalchemy import create_engine, insert
 
-metadata = MetaData()
-message_stub = Table(
-    "message_stub",
-    metadata,
-    Column("msg_id", Text, primary_key=True),
-    Column("topic", Text, nullable=False),
-    Column("tags", Text),
-    Column("keys", Text),
-    Column("body_hash", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("send_count", Integer, nullable=False),
-    Column("broker", Text),
-    Column("queue_id", Integer),
-    Column("queue_offset", BigInteger),
-    Column("next_resend_at", BigInteger),
-    Column("created_at", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
-)
-message_log = Table(
-    "message_log",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("msg_id", Text, nullable=False),
-    Column("topic", Text, nullable=False),
-    Column("group", Text, nullable=False),
-    Column("client_id", Text, nullable=False),
-    Column("broker", Text, nullable=False),
-    Column("queue_id", Integer, nullable=False),
-    Column("queue_offset", BigInteger, nullable=False),
-    Column("reconsume_times", Integer, nullable=False),
-    Column("received_at", BigInteger, nullable=False),
-    Column("outcome", Text),
-    Column("finished_at", BigInteger),
-)
+from broker_runtime.ledger.schema import message_log, message_stub
+
+__all__ = ["create", "execute", "log", "message_log", "message_stub", "stub", "url"]
 
 
 def stub(i: int, status: str = "CONFIRMED") -> dict[str, Any]:
