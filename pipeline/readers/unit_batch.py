@@ -46,7 +46,7 @@ COLUMNS = (
     "reconsume", "ptx", "body_len", "body_off", "body", "topic_off", "topic", "map_off",
     "key_off", "key", "value_off", "value",
 )  # fmt: skip
-# RAW_MESSAGE's `prop_*` columns: property name by column.
+# The columns after RAW_MESSAGE's in a batch: property name by column.
 PICKED = {
     "prop_uniq_key": UNIQ_KEY,
     "prop_keys": KEYS,
@@ -57,7 +57,7 @@ PICKED = {
     "prop_delay": DELAY,
 }
 _NAMES = tuple(name.encode() for name in PICKED.values())
-_RAW_ARROW = arrow_schema(RAW_MESSAGE)
+_RAW_ARROW = pa.schema([*arrow_schema(RAW_MESSAGE), *(pa.field(c, pa.string()) for c in PICKED)])
 _MAP = _RAW_ARROW.field("properties").type
 
 
@@ -95,7 +95,7 @@ class Units:
         return Units(self.end, self.full, n, self.buffers, self.bad_text)
 
     def to_batch(self, broker: str, broker_id: int) -> pa.RecordBatch:
-        """The RAW_MESSAGE record batch (zero-copy over the buffers)."""
+        """The RAW_MESSAGE record batch, then the PICKED columns (zero-copy over the buffers)."""
         n = self.n
         b = dict(zip(COLUMNS, map(pa.py_buffer, self.buffers[: len(COLUMNS)]), strict=True))
 
