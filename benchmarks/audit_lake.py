@@ -317,6 +317,7 @@ def offsets(spark: SparkSession, n: int) -> DataFrame:
         committed.alias("committed_offset"),
         max_offset.alias("max_offset"),
         F.lit(1).cast("long").alias("ingest_run"),
+        F.lit(0).cast("long").alias("min_offset"),  # no log file has expired
     )
 
 

@@ -45,15 +45,13 @@ def struct_of(spec: str) -> StructType:
 
 
 # What the commitlog reader emits: header fields as stored, hosts as `ip:port`, the offset
-# msgId, properties parsed into a map, and the properties the lineage is read from by name
-# (`prop_*`, see readers.unit_batch.PICKED). Binary decoding happens nowhere else.
+# msgId, properties parsed into a map (its batches also carry the properties the lineage is
+# read from as columns: readers.unit_batch.PICKED). Binary decoding happens nowhere else.
 RAW_MESSAGE = struct_of(
     "broker:str, broker_id:int, phys_offset:long, msg_id:str, total_size:int, body_crc:int,"
     " crc_ok:bool, queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long,"
     " born_host:str, store_ts:long, store_host:str, reconsume_times:int,"
-    " prepared_tx_offset:long, body_size:int, body:bin, topic:str, properties:map,"
-    " prop_uniq_key:str, prop_keys:str, prop_tags:str, prop_retry_topic:str,"
-    " prop_real_topic:str, prop_origin_message_id:str, prop_delay:str"
+    " prepared_tx_offset:long, body_size:int, body:bin, topic:str, properties:map"
 )
 
 MESSAGES = struct_of(

@@ -141,7 +141,8 @@ def plan_log(
 
 
 def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
-    """RAW_MESSAGE batches of the units starting in the task's range; damage goes to `result`."""
+    """RAW_MESSAGE batches (with the PICKED property columns) of the units starting in the
+    task's range; damage goes to `result`."""
     with open(task.path, "rb") as f:
         m = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
     _populate(m, task.start, task.stop)

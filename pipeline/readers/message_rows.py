@@ -54,7 +54,8 @@ def store_dates(store_ts: pa.Array) -> pa.Array:
 
 
 def to_messages(raw: pa.RecordBatch, run: int) -> pa.RecordBatch:
-    """One RAW_MESSAGE batch -> the MESSAGES batch of the same rows."""
+    """One reader batch (RAW_MESSAGE and the PICKED property columns) -> the MESSAGES batch of
+    the same rows."""
     topic = raw.column("topic")
     real_topic, uniq = raw.column("prop_real_topic"), raw.column("prop_uniq_key")
     scheduled = pc.equal(topic, SCHEDULE_TOPIC)

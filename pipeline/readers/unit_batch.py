@@ -2,7 +2,7 @@
 
 `scan_units` follows the TOTALSIZE chain from a unit boundary while units are structurally
 valid (the codec's check without the CRC, and PHYSICALOFFSET = their own log offset) and
-decodes them straight into Arrow buffers. The C kernel (_scan.c) does it in two passes over
+decodes them straight into Arrow buffers. The C kernel (_scan.c) does it in one pass over
 the mapped segment with no Python object per message. Its pure twin `scan_units_py` (the
 broker's record codec per unit: slow) runs where the kernel was not built or
 MQAUDIT_STORE_PURE=1 is set, and is the reference the tests hold the kernel to.
@@ -46,7 +46,7 @@ COLUMNS = (
     "reconsume", "ptx", "body_len", "body_off", "body", "topic_off", "topic", "map_off",
     "key_off", "key", "value_off", "value",
 )  # fmt: skip
-# RAW_MESSAGE's `prop_*` columns: property name by column.
+# The columns after RAW_MESSAGE's in a batch: property name by column.
 PICKED = {
     "prop_uniq_key": UNIQ_KEY,
     "prop_keys": KEYS,
@@ -57,7 +57,7 @@ PICKED = {
     "prop_delay": DELAY,
 }
 _NAMES = tuple(name.encode() for name in PICKED.values())
-_RAW_ARROW = arrow_schema(RAW_MESSAGE)
+_RAW_ARROW = pa.schema([*arrow_schema(RAW_MESSAGE), *(pa.field(c, pa.string()) for c in PICKED)])
 _MAP = _RAW_ARROW.field("properties").type
 
 
@@ -95,7 +95,7 @@ class Units:
         return Units(self.end, self.full, n, self.buffers, self.bad_text)
 
     def to_batch(self, broker: str, broker_id: int) -> pa.RecordBatch:
-        """The RAW_MESSAGE record batch (zero-copy over the buffers)."""
+        """The RAW_MESSAGE record batch, then the PICKED columns (zero-copy over the buffers)."""
         n = self.n
         b = dict(zip(COLUMNS, map(pa.py_buffer, self.buffers[: len(COLUMNS)]), strict=True))
 
