@@ -107,7 +107,12 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
     # At equal times the client's own receipt sorts first: received then, busy then.
     order = Window.partitionBy(*_ACTIVITY).orderBy(F.col("t"), F.col("probe").asc_nulls_first())
     before = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    after = order.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    # "This row and all after it" as a running frame over the reverse order: Spark recomputes
+    # an UNBOUNDED FOLLOWING frame for every row (quadratic in a client's deliveries).
+    reverse = Window.partitionBy(*_ACTIVITY).orderBy(
+        F.col("t").desc(), F.col("probe").desc_nulls_last()
+    )
+    after = reverse.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     marked = receipts.unionByName(probes).withColumns(
         {
             "busy_until": F.max("finish").over(before),
