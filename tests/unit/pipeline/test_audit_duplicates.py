@@ -163,12 +163,12 @@ def test_the_workload_truth_explains_deliveries_by_the_same_rules(spark: SparkSe
                 int(r["received_at"]), r["outcome"], r["finished_at"],
             )  # type: ignore[arg-type]
         )  # fmt: skip
-    truth = {
+    by_rules = {
         (f["msg_id"], f["group"], f["kind"], f["cause"], f["count"])
         for group, ds in per_group.items()
         for f in truth.delivery_findings(group, "TopicA", ds)
     }
-    assert truth == audit
+    assert by_rules == audit
 
 
 def test_the_workload_truth_names_kinds_and_causes_as_the_audit_does() -> None:
