@@ -345,10 +345,14 @@ def checkpoint(spark: SparkSession, n: int) -> DataFrame:
 
 
 def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
-    """The ingested tables of `n` messages (skipped when already built); their row counts."""
+    """The ingested tables of `n` messages (skipped when already built with the tables'
+    current columns); their row counts."""
     done = lake / "generated.json"
-    if done.exists() and json.loads(done.read_text()).get("messages") == n:
-        return dict(json.loads(done.read_text())["rows"])
+    made = {"messages": n, "columns": {t: s.fieldNames() for t, s in S.TABLES.items()}}
+    if done.exists():
+        before = json.loads(done.read_text())
+        if {k: before.get(k) for k in made} == made:
+            return dict(before["rows"])
     shutil.rmtree(lake, ignore_errors=True)
     io = DeltaIO(spark)
     # Recomputed from the ranges for each table: cheaper than caching the bodies and maps.
@@ -369,5 +373,5 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         if name in tables:
             rows[name] = io.append(tables[name], path, schema, parts)
             print(f"  {lake.name}: {name} {rows[name]:,} rows", file=sys.stderr, flush=True)
-    done.write_text(json.dumps({"messages": n, "rows": rows}))
+    done.write_text(json.dumps({**made, "rows": rows}))
     return rows
