@@ -8,7 +8,8 @@ DEMO_OUT ?= demo-out
 
 .PHONY: venv system-deps demo test check bench lock clean
 
-$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch])
+$(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
+          $(wildcard pipeline/readers/_scan*.[ch])
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
@@ -16,12 +17,13 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 
 venv: $(STAMP)
 
-# Debian servers the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis).
-# Needs root and apt; elsewhere install them by hand, or the tests that need them skip
-# (they fail instead when CI=true).
-SYSTEM_PACKAGES := postgresql redis-server
+# Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
+# reports rendered in headless Chromium). Needs root and apt; elsewhere install them by hand,
+# or the tests that need them skip (they fail instead when CI=true).
+SYSTEM_PACKAGES := postgresql redis-server chromium
 system-deps:
-	@if command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@if command -v redis-server >/dev/null && command -v chromium >/dev/null \
+	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  echo "system packages present"; \
 	else \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
@@ -43,6 +45,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py
 	$(PY) benchmarks/workload_bench.py
+	$(PY) benchmarks/audit_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:

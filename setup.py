@@ -1,13 +1,15 @@
-"""Builds the store's optional C kernels (see broker_runtime/store/accel.py).
+"""Builds the optional C kernels: the store's (see broker_runtime/store/accel.py) and the
+pipeline reader's (pipeline/readers/_scan.c, which compiles in the store's CRC-32 kernel).
 
 Everything else about the package is in pyproject.toml. `optional=True`: without a C compiler,
 zlib headers or Python headers the build goes on without the extension, and the store runs its
-pure-Python kernels.
+pure-Python kernels (the reader: its pure twin in unit_batch.py).
 """
 
 from setuptools import Extension, setup
 
 STORE = "broker_runtime/store"
+READERS = "pipeline/readers"
 SOURCES = ["module", "prepare", "encode", "rows", "dispatch", "crc"]  # _accel_<name>.c
 
 setup(
@@ -19,6 +21,15 @@ setup(
             libraries=["z"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
-        )
+        ),
+        Extension(
+            "pipeline.readers._scan",
+            sources=[f"{READERS}/_scan.c", f"{READERS}/_scan_columns.c", f"{STORE}/_accel_crc.c"],
+            depends=[f"{READERS}/_scan.h", f"{STORE}/_accel.h"],
+            include_dirs=[STORE],
+            libraries=["z"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,
+        ),
     ]
 )

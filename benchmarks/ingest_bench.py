@@ -7,7 +7,9 @@ figures against their targets (reported, never asserted).
 2. raw read: every segment's written bytes read with plain 1 MiB reads, 2 threads, from the
    page cache (warm) and from the device (O_DIRECT).
 3. parse: the reader alone (segment walk + decode to Arrow, no Spark) over the same
-   ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio.
+   ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio. Raw read and
+   parse take turns, ROUNDS times; the median round's ratio is reported (on a shared
+   machine one round alone is mostly a sample of the neighbours' load).
 4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
 5. memory: ingest in a fresh process at two sizes; peak RSS during the ingest of the driver
    (the Python process plus the Spark JVM, which holds the driver in local mode) at the
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BROKERS = ("broker-a", "broker-b")
 BATCH = 64
 WORKERS = 2  # as local[2]
+ROUNDS = 3
 
 
 def make_cluster(data_dir: Path, messages: int, size: int) -> None:
@@ -260,24 +263,40 @@ def main() -> int:
     tasks = [t for b in discover_brokers(data) for t in plan_log(b, 0).tasks]
     files = sum(len(segment_files(b.store_dir)) for b in discover_brokers(data))
     raw_read(tasks)  # warm the page cache: both stages then read from memory
-    read = raw_read(tasks)
-    parse = parse_only(tasks)
-    parse["parse_ratio_to_raw_read"] = round(parse["parse_mb_per_s"] / read["raw_read_mb_per_s"], 3)
-    parse["parse_cpu_ratio_to_raw_read"] = round(
-        parse["parse_mb_per_cpu_s"] / read["raw_read_mb_per_cpu_s"], 3
-    )
+    rounds = []
+    for _ in range(ROUNDS):
+        load = os.getloadavg()[0]
+        read, parse = raw_read(tasks), parse_only(tasks)
+        parse["parse_ratio_to_raw_read"] = round(
+            parse["parse_mb_per_s"] / read["raw_read_mb_per_s"], 3
+        )
+        parse["parse_cpu_ratio_to_raw_read"] = round(
+            parse["parse_mb_per_cpu_s"] / read["raw_read_mb_per_cpu_s"], 3
+        )
+        parse["load_average"] = load
+        rounds.append((read, parse))
+        round_ = {"stage": "read+parse round", **read, **parse}
+        print(json.dumps(round_), flush=True)
+    read, parse = sorted(rounds, key=lambda r: r[1]["parse_ratio_to_raw_read"])[ROUNDS // 2]
     read |= device_read(tasks)
     parse["parse_ratio_to_device_read"] = round(
         parse["parse_mb_per_s"] / read["device_read_mb_per_s"], 3
     )
-    print(json.dumps({"stage": "read+parse", "segment_files": files, **read, **parse}), flush=True)
+    print(
+        json.dumps({"stage": "read+parse (median round)", "segment_files": files, **read, **parse})
+    )
+    load = os.getloadavg()[0]
     result = ingest(data, lake, args.master)
-    print(json.dumps({"stage": "ingest", "load_average": os.getloadavg()[0], **result}), flush=True)
+    print(json.dumps({"stage": "ingest", "load_average": load, **result}), flush=True)
     rows = [
-        ("ingest messages/s", result["ingest_messages_per_s"], ">= 100,000"),
+        ("ingest messages/s", result["ingest_messages_per_s"], f">= 100,000 (load {load:.1f})"),
         ("ingest MB/s", result["ingest_mb_per_s"], ""),
         ("ingest messages/CPU-s", result["ingest_messages_per_cpu_s"], "(x2 cores if idle)"),
-        ("parse / raw read", parse["parse_ratio_to_raw_read"], ">= 0.25"),
+        (
+            "parse / raw read",
+            parse["parse_ratio_to_raw_read"],
+            f">= 0.25 (load {parse['load_average']:.1f})",
+        ),
         ("parse / raw read, CPU", parse["parse_cpu_ratio_to_raw_read"], "(per CPU-second)"),
         ("parse / device read", parse["parse_ratio_to_device_read"], "(O_DIRECT reads)"),
         ("load average (1 min)", round(os.getloadavg()[0], 1), "(2 cores)"),
@@ -288,11 +307,13 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--messages", str(n), "--work", str(args.work),
                    "--size", str(args.size), "--master", args.master, "--step"]  # fmt: skip
             subprocess.run([*cmd, "generate"], check=True)
+            load = os.getloadavg()[0]
             run = subprocess.run([*cmd, "ingest"], check=True, capture_output=True, text=True)
-            out = json.loads(run.stdout)
+            out = {"load_average": load, **json.loads(run.stdout)}
             peaks.append(out["driver_python_peak_rss_mb"] + out["driver_jvm_peak_rss_mb"])
             print(json.dumps({"stage": f"memory at {n:,}", **out}), flush=True)
         rows.append(("driver peak RSS ratio", round(peaks[1] / peaks[0], 3), "<= 1.3"))
+        # (RSS does not depend on the load; each memory run prints its load anyway)
     print()
     for name, value, target in rows:
         print(f"{name:24} {value:>12}  {target}")

@@ -112,6 +112,14 @@ REBALANCE_OVERLAP = "rebalance_overlap"
 REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
 OFFSET_NOT_COMMITTED = "offset_not_committed"
 
+# Why a message is lost (audit_losses.cause) or dead-lettered (audit_dead_letters.cause).
+ABSENT_FROM_COMMITLOG = "absent_from_commitlog"
+ABSENT_AFTER_DELIVERY = "absent_from_commitlog_after_delivery"
+OFFSET_PASSED_WITHOUT_DELIVERY = "offset_passed_without_delivery"
+FILE_DELETED_BEFORE_DELIVERY = "file_deleted_before_delivery"
+MAX_RECONSUME_TIMES = "max_reconsume_times"
+SENT_TO_DLQ_DIRECTLY = "sent_to_dlq_directly"
+
 LAG_STATUSES = ("OK", "WARN", "STALLED", "STOPPED")
 
 KINDS: dict[str, tuple[str, ...]] = {

@@ -110,6 +110,7 @@ def add_audit_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser])
     dlq.add_argument("--out", type=Path, required=True)
     dlq.add_argument("--spark-master", default=DEFAULT_MASTER)
     dlq.set_defaults(func=cmd_dlq_report)
+    add_run_parsers(cmds)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -154,6 +155,104 @@ def cmd_dlq_report(args: argparse.Namespace) -> int:
     result = build_dlq_report(args.lake, args.out, master=args.spark_master)
     print(json.dumps(result, indent=2))
     print(f"dead-letter report: {result['html']} (CSV {result['csv']})")
+    return 0
+
+
+# -- gates and whole runs --------------------------------------------------------------------
+
+
+def add_run_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`validate` and `run` under `mqaudit pipeline`."""
+    from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT
+
+    validate = cmds.add_parser(
+        "validate",
+        help="Great Expectations gates on the ingested tables (exit 1 when one fails)",
+        description="Writes Data Docs to --docs and prints a JSON summary on stdout. A failed "
+        "gate names its expectations and sample rows on stderr and exits 1.",
+    )
+    validate.add_argument("--lake", type=Path, required=True)
+    validate.add_argument("--docs", type=Path, required=True, help="Data Docs folder")
+    validate.add_argument("--run-name", default="validate", help="the run's name in Data Docs")
+    validate.add_argument(
+        "--max-send-count",
+        type=int,
+        default=DEFAULT_MAX_SEND_COUNT,
+        help="a stub's send count may not exceed this (the resend job's bound)",
+    )
+    validate.add_argument("--spark-master", default=DEFAULT_MASTER)
+    validate.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    validate.set_defaults(func=cmd_validate)
+
+    run = cmds.add_parser(
+        "run",
+        help="ingest + validate + audit + report in one Spark session",
+        description="Progress on stderr; one JSON line on stdout at the end with the paths "
+        "written. A failed gate on the ingested tables stops the run before the audit: its "
+        "expectations and sample rows go to stderr and the exit code is 1.",
+    )
+    run.add_argument("--data-dir", type=Path, required=True, help="cluster data dir")
+    run.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
+    run.add_argument("--out", type=Path, required=True, help="reports go here")
+    run.add_argument("--docs", type=Path, default=None, help="Data Docs (default OUT/data-docs)")
+    run.add_argument("--spark-master", default=DEFAULT_MASTER)
+    run.add_argument(
+        "--as-of",
+        type=int,
+        default=None,
+        help="the audit's time, epoch ms (default: the lake's last ingest time)",
+    )
+    run.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
+    run.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from expectations.checkpoints import GateFailed
+    from pipeline.jobs.run import gate_params, validate_ingested
+    from pipeline.spark_session import build_spark
+
+    _lake_must_exist(args.lake)
+    if args.max_send_count < 1:
+        raise ValueError(f"--max-send-count must be >= 1, got {args.max_send_count}")
+    spark = build_spark("mqaudit-validate", args.spark_master)
+    params = gate_params(args.max_send_count)
+    try:
+        summary = validate_ingested(
+            spark, args.lake, args.docs, args.run_name, params, progress=not args.quiet
+        )
+    except GateFailed as e:
+        print(f"pipeline validate: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipeline.jobs.audit import AuditThresholds
+    from pipeline.jobs.run import RunFailed, run_pipeline
+
+    if not args.data_dir.is_dir():
+        raise ValueError(f"data dir {args.data_dir} does not exist")
+    thresholds = AuditThresholds(max_send_count=args.max_send_count)
+    try:
+        summary = run_pipeline(
+            args.data_dir,
+            args.lake,
+            args.out,
+            docs_dir=args.docs,
+            master=args.spark_master,
+            as_of_ms=args.as_of,
+            thresholds=thresholds,
+            ledger_url=args.ledger_url,
+            progress=not args.quiet,
+        )
+    except RunFailed as e:
+        print(f"pipeline run: {e}", file=sys.stderr)
+        print(json.dumps(e.summary), flush=True)
+        return 1
+    print(json.dumps(summary), flush=True)
     return 0
 
 

@@ -2,10 +2,14 @@
 
 - `embedded` (default here and in CI): delta-rs (`deltalake`) owns the transaction log and
   Spark does the compute. Large writes: Spark executors write plain parquet files into a
-  fresh directory under the table root (`w-<uuid>/<partition dirs>`), then the driver
-  commits them all in ONE delta-rs commit of `add` actions (sizes, row counts and min/max of
-  numeric columns read from the parquet footers). Nothing goes through the driver but file
-  names and footers. A failed job leaves only unreferenced files (vacuum removes them).
+  fresh directory under the table root (`w-<uuid>/<partition dirs>`) - Spark's writer for a
+  DataFrame, or, for rows made in the Python workers (`append_generated`), the workers
+  themselves with pyarrow in a plain RDD job, so those rows never cross into the JVM - then
+  the driver commits
+  them all in ONE delta-rs commit of `add` actions (sizes, row counts and min/max of numeric
+  columns from the parquet footers; see pipeline.delta_files). Nothing goes through the
+  driver but file names and statistics. A failed job leaves only unreferenced files
+  (vacuum removes them).
   Reads give Spark the table's current file list (never delta-rs' pyarrow readers, which
   can abort the process at exit: delta-io/delta-rs#2184).
 - `native`: delta-spark's `format("delta")`, chosen when the Delta classes load in the JVM
@@ -18,28 +22,33 @@ nothing. Set MQAUDIT_DELTA_BACKEND=embedded|native to force a backend.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import uuid
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+from deltalake import DeltaTable, Schema, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from pipeline.delta_files import (
+    PartitionedWriter,
+    commit,
+    current_files,
+    parquet_files,
+    read_arrow,
+    rows_of,
+    spark_file_row,
+    stage_dir,
+)
 from pipeline.schemas import arrow_schema
+from pipeline.spark_tasks import Producer, generated, run_tasks
 
 BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
 
@@ -94,14 +103,8 @@ class DeltaIO:
             return self.spark.createDataFrame([], schema)
         if self.backend == "native":
             return self.spark.read.format("delta").load(path).select(*names)
-        dt = DeltaTable(path)
-        parts = list(dt.metadata().partition_columns)
-        actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+        parts, groups = current_files(path)
         data_schema = StructType([f for f in schema.fields if f.name not in parts])
-        groups: dict[tuple[str | None, ...], list[str]] = {}
-        for a in actions:
-            key = tuple(a.get(f"partition.{p}") for p in parts)
-            groups.setdefault(key, []).append(_join(path, unquote(a["path"])))
         frames = []
         for key, files in groups.items():
             df = self.spark.read.schema(data_schema).parquet(*files)
@@ -115,11 +118,47 @@ class DeltaIO:
             out = out.unionByName(df)
         return out
 
+    def read_small(self, path: str, schema: StructType) -> pa.Table:
+        """A small table (checkpoints, snapshots, quarantine) as Arrow with exactly `schema`'s
+        columns, read on the driver without a Spark job (empty if no table)."""
+        if not table_exists(path):
+            return arrow_schema(schema).empty_table()
+        if self.backend == "native":
+            return self.read(path, schema).toArrow().cast(arrow_schema(schema))
+        return read_arrow(path, schema)
+
     # -- writes ---------------------------------------------------------------------------
 
+    def append_rows(self, rows: list[dict[str, Any]], path: str, schema: StructType) -> int:
+        """Append a few rows to an unpartitioned table in one commit, from the driver."""
+        if not rows:
+            return 0
+        if self.backend == "native":
+            return self.append(self.spark.createDataFrame(rows, schema), path, schema)
+        write_deltalake(path, pa.Table.from_pylist(rows, arrow_schema(schema)), mode="append")
+        return len(rows)
+
+    def replace_rows(self, rows: list[dict[str, Any]], path: str, schema: StructType) -> None:
+        """Make a small unpartitioned table hold exactly `rows`, in one commit."""
+        if self.backend == "native":
+            self.overwrite(self.spark.createDataFrame(rows, schema), path, schema)
+            return
+        data = pa.Table.from_pylist(rows, arrow_schema(schema))
+        write_deltalake(path, data, mode="overwrite")
+
     def ensure_table(self, path: str, schema: StructType, partition_by: Sequence[str] = ()) -> None:
-        """Create an empty table with `schema` if there is none (one commit, once)."""
+        """Create an empty table with `schema` if there is none (one commit, once); add the
+        columns a table made by an older version lacks (schemas only ever gain columns, at
+        the end)."""
         if table_exists(path):
+            have = {f.name for f in DeltaTable(path).schema().fields}
+            missing = [f for f in schema.fields if f.name not in have]
+            if missing and self.backend == "native":
+                columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+                self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+            elif missing:
+                added = Schema.from_arrow(arrow_schema(StructType(missing))).fields
+                DeltaTable(path).alter.add_columns(added)
             return
         if self.backend == "native":
             empty = self.spark.createDataFrame([], schema)
@@ -156,6 +195,46 @@ class DeltaIO:
             shutil.rmtree(stage, ignore_errors=True)
         return n
 
+    def append_generated(
+        self,
+        tasks: Sequence[dict[str, Any]],
+        produce: Producer,
+        path: str,
+        schema: StructType,
+        partition_by: Sequence[str] = (),
+        txn: tuple[str, int] | None = None,
+        slices: int | None = None,
+    ) -> int:
+        """Append, in one commit, the `schema` batches `produce(task)` makes in the Python
+        workers for every task (`slices` Spark tasks, default one per task); returns the rows
+        added, or -1 (nothing run) when the table already has `txn`.
+
+        Embedded: the workers write the data files themselves (pyarrow), so the rows never
+        cross into the JVM; the native backend hands them to delta-spark's writer.
+        """
+        if txn is not None:
+            have = txn_version(path, txn[0])
+            if have is not None and have >= txn[1]:
+                return -1
+        if self.backend == "native":
+            df = generated(self.spark, tasks, produce, schema, slices)
+            return self.append(df, path, schema, partition_by, txn)
+        stage = stage_dir(path)
+        target = arrow_schema(schema)
+
+        def write(part: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+            writer = PartitionedWriter(path, stage, target, partition_by)
+            for task in part:
+                for out in produce(task):
+                    writer.write(out)
+            return writer.close()
+
+        files = run_tasks(self.spark, tasks, write, slices)
+        n = self._commit(path, schema, partition_by, files, "append", txn)
+        if n == 0:
+            shutil.rmtree(stage, ignore_errors=True)
+        return n
+
     def overwrite_partitions(
         self,
         df: DataFrame,
@@ -185,7 +264,7 @@ class DeltaIO:
         stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
         n = self._commit(path, schema, (), files, mode, None)
-        if n == 0:
+        if n == 0 and mode == "append":  # nothing committed; an overwrite commits its file
             shutil.rmtree(stage, ignore_errors=True)
         return n
 
@@ -229,15 +308,15 @@ class DeltaIO:
                 m = m.whenNotMatchedBySourceDelete(delete_unmatched("t."))
             m.execute()
             return n
-        stages = [_stage_dir(path)]
+        stages = [stage_dir(path)]
         try:
             n = self._stage(changed, stages[0])
             if n == 0 and stale == 0:
                 return 0
             if source is not changed:
-                stages.append(_stage_dir(path))
+                stages.append(stage_dir(path))
                 self._stage(source, stages[-1])
-            files = _parquet_files(stages[-1])
+            files = parquet_files(stages[-1])
             dataset = ds.dataset(files, schema=arrow_schema(schema), format="parquet")
             reader = dataset.scanner().to_reader()
             merger = DeltaTable(path).merge(reader, cond, source_alias="s", target_alias="t")
@@ -255,59 +334,36 @@ class DeltaIO:
     def _stage(self, df: DataFrame, stage: str) -> int:
         """Spark writes `df` as plain parquet under `stage`; returns its rows."""
         df.write.mode("errorifexists").parquet(stage)
-        return sum(pq.read_metadata(f).num_rows for f in _parquet_files(stage))
+        return sum(pq.read_metadata(f).num_rows for f in parquet_files(stage))
 
     def _write_files(
         self, df: DataFrame, path: str, partition_by: Sequence[str]
-    ) -> tuple[str, list[str]]:
-        """Spark writes the data files under a fresh directory of the table: (it, the files)."""
-        stage = _stage_dir(path)
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """Spark writes the data files under a fresh directory of the table: (it, DataFile
+        rows of the files)."""
+        stage = stage_dir(path)
         w = df.write.mode("errorifexists").partitionBy(*partition_by)
         for k, v in _WRITE_OPTIONS.items():
             w = w.option(k, v)
         w.parquet(stage)
-        return stage, _parquet_files(stage)
+        return stage, [spark_file_row(path, f, partition_by) for f in parquet_files(stage)]
 
     def _commit(
         self,
         path: str,
         schema: StructType,
         partition_by: Sequence[str],
-        files: list[str],
+        files: list[dict[str, Any]],
         mode: str,
         txn: tuple[str, int] | None,
         partition_filters: list[tuple[str, str, str]] | None = None,
     ) -> int:
-        """Commit the files in one transaction; returns their rows. An append of no rows
-        commits nothing (an empty commit would only be noise in the history)."""
-        adds = [_add_action(path, f, partition_by) for f in files]
-        rows = sum(int(json.loads(a.stats)["numRecords"]) for a in adds)
-        if rows == 0 and mode == "append":
+        """Commit the DataFile rows' files in one transaction; returns their rows. An append
+        of no rows commits nothing (an empty commit would only be noise in the history)."""
+        if mode == "append" and not sum(rows_of(f["stats"]) for f in files):
             self.ensure_table(path, schema, partition_by)
             return 0
-        props = CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
-        delta_schema = Schema.from_arrow(arrow_schema(schema))
-        parts = list(partition_by) or None
-        if not table_exists(path):
-            create_table_with_add_actions(
-                path,
-                delta_schema,
-                adds,
-                mode="append",
-                partition_by=parts,
-                commit_properties=props,
-            )
-        else:
-            actions: list[AddAction | RemoveAction] = [*adds]
-            DeltaTable(path).create_write_transaction(
-                actions,
-                mode,
-                delta_schema,
-                partition_by=parts,
-                partition_filters=partition_filters,
-                commit_properties=props,
-            )
-        return rows
+        return commit(path, schema, partition_by, files, mode, txn, partition_filters)
 
 
 def _last_output_rows(spark: SparkSession, path: str) -> int:
@@ -318,71 +374,9 @@ def _last_output_rows(spark: SparkSession, path: str) -> int:
     return int((last["operationMetrics"] or {}).get("numOutputRows", 0))
 
 
-def _join(root: str, rel: str) -> str:
-    return f"{root.rstrip('/')}/{rel}"
-
-
 def _sql_str(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _parquet_files(directory: str) -> list[str]:
-    """The data files Spark wrote under `directory` (not its _SUCCESS or .crc files)."""
-    return sorted(str(p) for p in Path(directory).rglob("*.parquet") if not p.name.startswith("."))
-
-
 def _is_empty_table(path: str) -> bool:
     return not table_exists(path) or not DeltaTable(path).file_uris()
-
-
-def _stage_dir(table_path: str) -> str:
-    return _join(table_path, f"w-{uuid.uuid4().hex}")
-
-
-def _add_action(table_path: str, file: str, partition_by: Sequence[str]) -> AddAction:
-    """The `add` action of a parquet file Spark wrote under the table root."""
-    rel = os.path.relpath(file, table_path)
-    values: dict[str, str | None] = {}
-    for part in rel.split("/")[:-1]:
-        name, sep, raw = part.partition("=")
-        if sep and name in partition_by:
-            # Spark escapes partition values as %XX; its null is this marker.
-            values[name] = None if raw == _HIVE_NULL else unquote(raw)
-    st = os.stat(file)
-    return AddAction(  # delta-rs percent-encodes the path itself
-        rel, st.st_size, values, st.st_mtime_ns // 1_000_000, True, _stats(file)
-    )
-
-
-def _stats(file: str) -> str:
-    """Delta file statistics from the parquet footer: rows, nulls, numeric min/max."""
-    meta = pq.read_metadata(file)
-    out: dict[str, Any] = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {}}
-    nulls: dict[str, int] = {}
-    schema = meta.schema.to_arrow_schema()
-    numeric = {f.name for f in schema if pa.types.is_integer(f.type)}
-    lo: dict[str, Any] = {}
-    hi: dict[str, Any] = {}
-    complete: set[str] = set(numeric)
-    for rg in range(meta.num_row_groups):
-        group = meta.row_group(rg)
-        for c in range(group.num_columns):
-            col = group.column(c)
-            name = col.path_in_schema
-            if "." in name:
-                continue  # nested (map) columns: no stats
-            st = col.statistics
-            if st is None or not st.has_null_count:
-                nulls[name] = -(1 << 62)
-            else:
-                nulls[name] = nulls.get(name, 0) + st.null_count
-            if name in numeric:
-                if st is None or not st.has_min_max:
-                    complete.discard(name)
-                    continue
-                lo[name] = st.min if name not in lo else min(lo[name], st.min)
-                hi[name] = st.max if name not in hi else max(hi[name], st.max)
-    out["minValues"] = {k: v for k, v in lo.items() if k in complete}
-    out["maxValues"] = {k: v for k, v in hi.items() if k in complete}
-    out["nullCount"] = {k: v for k, v in nulls.items() if v >= 0}
-    return json.dumps(out)

@@ -5,9 +5,14 @@ Airflow (`airflow dags test` on a SQLite metadata database under OUT/airflow): m
 mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay; prints a short summary
 (also OUT/summary.json) and where the reports are, and stops the cluster, also on failure.
 
+The workload runs some scenarios on clusters of its own (OUT/cluster/scenarios/<name>);
+those are ingested and audited into lakes of their own (pipeline.demo_clusters) in the
+background while the DAGs run, and the summary counts their findings too.
+
     OUT/cluster  the cluster's data dir (brokers, name servers, ledgers)
     OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
     OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step
+    OUT/cluster-lakes/<name>           the workload's other clusters' lakes
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline.demo_summary import build_summary, format_summary, pick_replay_group
+from pipeline.demo_summary import (
+    build_summary,
+    format_summary,
+    load_json,
+    other_clusters,
+    pick_replay_group,
+)
 
 DEFAULT_OUT = Path("demo-out")
 DEFAULT_MESSAGES = 2000
@@ -75,17 +86,6 @@ def _product(*args: str) -> list[str]:
     return [sys.executable, "-m", "broker_runtime.cli.main", *args]
 
 
-def has_command(name: str) -> bool:
-    """Whether this build's `mqaudit` has the subcommand `name`."""
-    from broker_runtime.cli.main import build_parser
-
-    parser = build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return name in action.choices
-    return False
-
-
 class Demo:
     def __init__(
         self,
@@ -104,6 +104,8 @@ class Demo:
         self.airflow_home = self.out / "airflow"
         self.logs = self.out / "logs"
         self.truth = self.out / "truth.json"
+        self.cluster_lakes = self.out / "cluster-lakes"
+        self.clusters_json = self.reports / "workload_clusters.json"
         self.timings: dict[str, float] = {}
         self.started = time.monotonic()
 
@@ -125,14 +127,16 @@ class Demo:
         return result
 
     # -- the run ----------------------------------------------------------------------------
-    def run(self, traffic: Callable[[Demo], dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Every step; `traffic` replaces the workload (tests make their own traffic)."""
+    def run(self) -> dict[str, Any]:
+        """Every step; the summary (also OUT/summary.json)."""
         self.prepare()
         migrate: subprocess.Popen[bytes] | None = None
+        audits: subprocess.Popen[bytes] | None = None
         try:
             migrate = self.start_migrate()
             self.step("cluster up", self.cluster_up)
-            workload = self.step("workload", lambda: (traffic or Demo.workload)(self))
+            workload = self.step("workload", self.workload)
+            audits = self.start_cluster_audits()
             self.step("airflow db", lambda: self.wait_migrate(migrate))
             self.step("mq_audit", lambda: self.dag_test("mq_audit"))
             self.step("mq_retry_resend", lambda: self.dag_test("mq_retry_resend"))
@@ -147,13 +151,19 @@ class Demo:
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
                 real = {**conf, "dry_run": False}
                 self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+            if audits is not None:
+                self.step("other clusters' audits", lambda: self.wait_cluster_audits(audits))
         finally:
-            if migrate is not None and migrate.poll() is None:
-                migrate.kill()
-                migrate.wait()
+            for proc in (migrate, audits):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
             self.step("cluster down", self.cluster_down)
         self.timings["total"] = round(time.monotonic() - self.started, 1)
-        summary = build_summary(self.reports, self.truth, workload, self.timings, self.out)
+        clusters = load_json(self.clusters_json)
+        summary = build_summary(
+            self.reports, self.truth, workload, self.timings, self.out, clusters
+        )
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return summary
 
@@ -161,7 +171,8 @@ class Demo:
         """A fresh run: an old cluster stopped, the demo's own folders emptied."""
         if (self.data_dir / "cluster.json").exists():
             self.cluster_down()
-        for d in (self.data_dir, self.lake, self.reports, self.airflow_home, self.logs):
+        old = (self.data_dir, self.lake, self.cluster_lakes, self.reports, self.airflow_home)
+        for d in (*old, self.logs):
             shutil.rmtree(d, ignore_errors=True)
         for f in (self.truth, self.out / "summary.json"):
             f.unlink(missing_ok=True)
@@ -182,17 +193,36 @@ class Demo:
             )
 
     def workload(self) -> dict[str, Any]:
-        if not has_command("workload"):
-            raise DemoError(
-                "workload: this build has no `mqaudit workload` command (the fault workload of "
-                "issue 4 has not landed), so there is no traffic with known faults to audit"
-            )
         argv = _product(
             "workload", "--data-dir", str(self.data_dir), "--messages", str(self.messages),
             "--scenario", "all", "--truth", str(self.truth), "--seed", str(self.seed),
         )  # fmt: skip
         out = self.run_logged("workload", argv, show_all=True, stdout=True)
         return last_json(out)
+
+    def start_cluster_audits(self) -> subprocess.Popen[bytes] | None:
+        """Ingest and audit the workload's other clusters in the background (one Spark
+        session, pipeline.demo_clusters); None if it ran on the demo's cluster only."""
+        dirs = other_clusters(load_json(self.truth), self.data_dir)
+        if not dirs:
+            return None
+        self.say(f"   auditing the workload's {len(dirs)} other clusters in the background")
+        argv = [
+            sys.executable, "-m", "pipeline.demo_clusters", "--lakes", str(self.cluster_lakes),
+            "--out", str(self.clusters_json), "--spark-conf", json.dumps(SMALL_DATA_SPARK),
+            *map(str, dirs),
+        ]  # fmt: skip
+        self.reports.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / "other-clusters.log", "wb") as log:  # the child keeps its copy
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_cluster_audits(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.wait() != 0:
+            log = self.logs / "other-clusters.log"
+            raise DemoError(
+                f"the audit of the workload's other clusters failed (exit {proc.returncode});"
+                f" see {log}:\n{tail(log)}"
+            )
 
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:

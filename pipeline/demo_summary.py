@@ -1,8 +1,10 @@
 """The demo's summary, from what the DAG runs wrote under REPORTS (pure over those files).
 
 Each DAG task writes REPORTS/<dag_id>/<run>/summary.json and REPORTS/<dag_id>/latest.json;
-the workload writes truth.json. Found findings are counted by kind and held against the
-truth's counts (a count check; the audits' tests check every message id).
+the workload writes truth.json; the clusters the workload started for itself are audited
+by pipeline.demo_clusters (REPORTS/workload_clusters.json). Findings of the mq_audit DAG and
+of those clusters are counted by kind and held against the truth's counts (a count check;
+tests/integration/test_audit_truth.py checks every message id and cause).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 TRUTH_KINDS = ("stored_twice", "delivered_twice", "lost_after_ack", "dead_lettered")
 
 
-def _load(path: Path) -> dict[str, Any]:
+def load_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
@@ -26,8 +28,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 def latest(reports: Path, dag_id: str) -> dict[str, Any]:
     """The summary.json of the DAG's last run ({} if it never ran)."""
-    pointer = _load(reports / dag_id / "latest.json")
-    return _load(Path(pointer["summary"])) if "summary" in pointer else {}
+    pointer = load_json(reports / dag_id / "latest.json")
+    return load_json(Path(pointer["summary"])) if "summary" in pointer else {}
 
 
 def replays(reports: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -38,7 +40,7 @@ def replays(reports: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     dry: dict[str, Any] = {}
     real: dict[str, Any] = {}
     for path in runs:
-        doc = _load(path)
+        doc = load_json(path)
         if doc.get("request", {}).get("dry_run"):
             dry = doc
         elif doc:
@@ -66,17 +68,60 @@ def pick_replay_group(reports: Path, truth_path: Path) -> str | None:
         except FileNotFoundError:
             pass
     if not groups:
-        for scenario in _load(truth_path).get("scenarios", {}).values():
+        for scenario in load_json(truth_path).get("scenarios", {}).values():
             for finding in scenario.get("findings", []):
                 if finding.get("kind") == "dead_lettered" and finding.get("group"):
                     groups[finding["group"]] += 1
     return groups.most_common(1)[0][0] if groups else None
 
 
-def _found(report: dict[str, Any]) -> dict[str, int]:
-    found = {**report.get("duplicates", {}), **report.get("losses", {})}
-    found["dead_lettered"] = int(report.get("dead_letters", 0))
-    return {k: int(v) for k, v in found.items()}
+def other_clusters(truth: dict[str, Any], data_dir: Path) -> list[Path]:
+    """Data dirs of the clusters the workload ran scenarios on besides `data_dir`."""
+    dirs = {Path(s["data_dir"]).resolve() for s in truth.get("scenarios", {}).values()}
+    return sorted(dirs - {data_dir.resolve()})
+
+
+def _add(total: Counter[str], counts: dict[str, Any]) -> None:
+    total.update({k: int(v) for k, v in counts.items()})
+
+
+def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Counter[str]]:
+    """Findings by kind (and duplicates by cause) of the DAG's report and of every cluster."""
+    out = {key: Counter[str]() for key in ("duplicates", "duplicate_causes", "losses")}
+    for key, counter in out.items():
+        _add(counter, report.get(key, {}))
+    dead = Counter({"total": int(report.get("dead_letters") or 0)})
+    dead["waiting"] = int(report.get("dead_letters_waiting") or 0)
+    for cluster in clusters.values():
+        kinds = cluster.get("kinds", {})
+        for table, key in (("audit_duplicates", "duplicates"), ("audit_losses", "losses")):
+            _add(out[key], {k: sum(c.values()) for k, c in kinds.get(table, {}).items()})
+        for causes in kinds.get("audit_duplicates", {}).values():
+            _add(out["duplicate_causes"], causes)
+        n = sum(sum(c.values()) for c in kinds.get("audit_dead_letters", {}).values())
+        dead.update(total=n, waiting=n)  # nothing is replayed from those clusters
+    out["dead_letters"] = dead
+    return out
+
+
+def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
+    """What needs a person in the workload's other clusters (as the report says it)."""
+    out = []
+    for name, cluster in sorted(clusters.items()):
+        kinds = cluster.get("kinds", {})
+        lost = sum(sum(c.values()) for c in kinds.get("audit_losses", {}).values())
+        twice = sum(kinds.get("audit_duplicates", {}).get("duplicate_effect", {}).values())
+        if lost:
+            out.append(f"{name}: {lost} lost message(s)")
+        if twice:
+            out.append(f"{name}: {twice} message(s) processed twice")
+    return out
+
+
+def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
+    found = {**audited["duplicates"], **audited["losses"]}
+    found["dead_lettered"] = audited["dead_letters"]["total"]
+    return found
 
 
 def _docs_index(reports: Path) -> str | None:
@@ -90,16 +135,20 @@ def build_summary(
     workload: dict[str, Any] | None,
     timings: dict[str, float],
     out: Path,
+    clusters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`clusters`: pipeline.demo_clusters' result for the workload's own clusters."""
+    clusters = clusters or {}
     audit = latest(reports, "mq_audit")
     built = audit.get("report", {})
     found = built.get("summary", {})
+    audited = _audited(found, clusters)
     resend = latest(reports, "mq_retry_resend")
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
-    truth = _load(truth_path)
+    truth = load_json(truth_path)
     expected = truth_counts(truth)
-    got = _found(found)
+    got = _found(audited)
     kinds = sorted(set(expected) | {k for k in TRUTH_KINDS if k in got or k in expected})
     check = {k: {"truth": expected.get(k, 0), "found": got.get(k, 0)} for k in kinds}
     for row in check.values():
@@ -110,19 +159,23 @@ def build_summary(
         "messages": {
             "workload": workload or {},
             "stored_rows_ingested": audit.get("ingest", {}).get("messages"),
+            "stored_rows_ingested_other_clusters": sum(
+                int(c.get("messages") or 0) for c in clusters.values()
+            ),
         },
-        "duplicates": found.get("duplicates", {}),
-        "duplicates_by_cause": found.get("duplicate_causes", {}),
-        "losses": found.get("losses", {}),
+        "audited": {
+            "mq_audit": str(out / "cluster"),
+            "other_clusters": {n: c.get("lake") for n, c in clusters.items()},
+        },
+        "duplicates": dict(sorted(audited["duplicates"].items())),
+        "duplicates_by_cause": dict(sorted(audited["duplicate_causes"].items())),
+        "losses": dict(sorted(audited["losses"].items())),
         "lag": {
             "status": found.get("lag_status", {}),
             "max_messages": found.get("lag_max_messages"),
             "max_ms": found.get("lag_max_ms"),
         },
-        "dead_letters": {
-            "total": found.get("dead_letters"),
-            "waiting": found.get("dead_letters_waiting"),
-        },
+        "dead_letters": dict(audited["dead_letters"]),
         "resends": {
             "candidates": resend.get("candidates"),
             "counts": resend.get("counts", {}),
@@ -133,7 +186,7 @@ def build_summary(
             "dry_run": dry.get("by_status", {}),
             "real": real.get("by_status", {}),
         },
-        "problems": found.get("problems", []),
+        "problems": [*found.get("problems", []), *_cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",
         "reports": {
@@ -167,7 +220,11 @@ def format_summary(s: dict[str, Any]) -> str:
         "",
         "== mqaudit demo summary",
         f"messages:       {_workload_line(s['messages']['workload'])}; "
-        f"{s['messages']['stored_rows_ingested']} stored copies ingested",
+        f"{s['messages']['stored_rows_ingested']} stored copies ingested by mq_audit, "
+        f"{s['messages']['stored_rows_ingested_other_clusters']} from the workload's other "
+        "clusters",
+        f"audited:        {s['audited']['mq_audit']} by mq_audit; the workload's other "
+        f"clusters: {', '.join(s['audited']['other_clusters']) or 'none'}",
         f"duplicates:     {kv(s['duplicates'])}",
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
         f"losses:         {kv(s['losses'])}",

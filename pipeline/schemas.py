@@ -45,7 +45,8 @@ def struct_of(spec: str) -> StructType:
 
 
 # What the commitlog reader emits: header fields as stored, hosts as `ip:port`, the offset
-# msgId, properties parsed into a map. Binary decoding happens nowhere else.
+# msgId, properties parsed into a map (its batches also carry the properties the lineage is
+# read from as columns: readers.unit_batch.PICKED). Binary decoding happens nowhere else.
 RAW_MESSAGE = struct_of(
     "broker:str, broker_id:int, phys_offset:long, msg_id:str, total_size:int, body_crc:int,"
     " crc_ok:bool, queue_id:int, flag:int, queue_offset:long, sys_flag:int, born_ts:long,"
@@ -72,9 +73,12 @@ CONSUME_QUEUE = struct_of(
 CONSUME_QUEUE_PARTITIONS = ["broker"]
 CONSUME_QUEUE_KEY = ["broker", "broker_id", "topic", "queue_id", "queue_offset"]
 
+# max_offset / min_offset: the queue's bounds at snapshot time (getMaxOffsetInQueue and
+# getMinOffsetInQueue). min_offset came later: it is last so that older tables take it as
+# an added column.
 CONSUMER_OFFSETS = struct_of(
     "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str, queue_id:int,"
-    " committed_offset:long, max_offset:long, ingest_run:long"
+    " committed_offset:long, max_offset:long, ingest_run:long, min_offset:long"
 )
 CONSUMER_OFFSETS_KEY = ["broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"]
 

@@ -2,20 +2,23 @@
 
 Shape: `{"seed", "messages", "run_id", "data_dir", "started_at", "finished_at",
 "scenarios": {NAME: {"description", "data_dir", "topic", "groups", "messages",
-"injected": {...}, "findings": [{"kind", "msg_id", "group", "count", "cause"?, "topic"}],
+"injected": {...}, "findings": [{"kind", "msg_id", "group", "count", "cause", "topic"}],
 "expected": {kind: number of findings}, "stats": {...}}}}`.
 
 Kinds and counts: `stored_twice` (group null; count = copies stored), `delivered_twice` and
 `retried_then_ok` (count = deliveries to the group), `dead_lettered` (count = failed
-consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1).
+consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1). Each has the
+cause the audit gives it: `producer_resend` for `stored_twice`; `max_reconsume_times` (or
+`sent_to_dlq_directly`) for a dead letter; `absent_from_commitlog` for a loss.
 
-A group's deliveries of one message are explained one by one from the delivery before
-(the audit's own definitions, applied to what the consumers journaled): after a failure,
-`retry_after_failure`; from another stored copy, `producer_resend`; from another client
-that was taking messages from the same queue at overlapping times, `rebalance_overlap`;
-after one that never finished, `redelivery_after_restart`; after one that was CONSUMED,
-`offset_not_committed`. Any cause but the first makes the message `delivered_twice` (with
-the first such cause); only retries, ending CONSUMED, make it `retried_then_ok`.
+A group's deliveries of one message are explained one by one from the delivery before, by
+the audit's rules (`pipeline/transforms/duplicates.py` states them; `cause_of` is the same
+rules in Python), applied to what the consumers journaled: from another stored copy,
+`producer_resend`; after a failure, `retry_after_failure`; while another client still held
+the queue, `rebalance_overlap`; after one that never finished, `redelivery_after_restart`;
+after one that was CONSUMED, `offset_not_committed`. Any cause but a retry makes the message
+`delivered_twice` (with the first such cause); only retries, ending CONSUMED, make it
+`retried_then_ok`.
 """
 
 from __future__ import annotations
@@ -39,15 +42,21 @@ PRODUCER_RESEND = "producer_resend"
 REBALANCE_OVERLAP = "rebalance_overlap"
 REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
 OFFSET_NOT_COMMITTED = "offset_not_committed"
+# The audit's causes of the other kinds, where the workload knows them.
+MAX_RECONSUME_TIMES = "max_reconsume_times"  # dead-lettered after failing each retry
+SENT_TO_DLQ_DIRECTLY = "sent_to_dlq_directly"  # dead-lettered on its first failure
+ABSENT_FROM_COMMITLOG = "absent_from_commitlog"  # acknowledged, then in no store
 FAILURES = ("RECONSUME_LATER", "FAILED")
 
 Finding = dict[str, Any]
-Window = tuple[int, int]
+QueueKey = tuple[str, str, str, int]  # client, topic pulled from, broker, queue id
 
 
 def finding(
     kind: str, msg_id: str, group: str | None, count: int, topic: str, cause: str | None = None
 ) -> Finding:
+    """One finding; a dead letter's or a loss's cause, unless given, is the audit's for it."""
+    cause = cause or default_cause(kind, count)
     out: Finding = {"kind": kind, "msg_id": msg_id, "group": group, "count": count}
     if cause is not None:
         out["cause"] = cause
@@ -55,34 +64,54 @@ def finding(
     return out
 
 
-def activity(deliveries: Iterable[Delivery]) -> dict[tuple[str, str, str, int], Window]:
-    """(client, topic, broker, queue) -> [first receipt, last finish] of that client there."""
-    out: dict[tuple[str, str, str, int], Window] = {}
-    for d in deliveries:
-        key = (d.client, d.topic, d.broker, d.queue_id)
-        end = d.finished_at if d.finished_at is not None else d.received_at
-        lo, hi = out.get(key, (d.received_at, end))
-        out[key] = (min(lo, d.received_at), max(hi, end))
-    return out
+def default_cause(kind: str, count: int) -> str | None:
+    if kind == DEAD_LETTERED:
+        return MAX_RECONSUME_TIMES if count > 1 else SENT_TO_DLQ_DIRECTLY
+    if kind == LOST_AFTER_ACK:  # the workload's losses are never delivered before
+        return ABSENT_FROM_COMMITLOG
+    return None
 
 
-def cause_of(
-    prev: Delivery, this: Delivery, windows: Mapping[tuple[str, str, str, int], Window]
-) -> str:
-    """Why `this` delivery followed `prev` (same group, same message)."""
-    if prev.outcome in FAILURES:
-        return RETRY_AFTER_FAILURE
+class QueueActivity:
+    """When each client of one group took messages from each queue, and until when it was
+    busy with them (a delivery that never finished counts until its receipt)."""
+
+    def __init__(self, deliveries: Iterable[Delivery]) -> None:
+        self._spans: dict[QueueKey, list[tuple[int, int]]] = {}
+        for d in deliveries:
+            end = d.finished_at if d.finished_at is not None else d.received_at
+            self._spans.setdefault(self.key(d.client, d), []).append((d.received_at, end))
+
+    @staticmethod
+    def key(client: str, d: Delivery) -> QueueKey:
+        return client, d.topic, d.broker, d.queue_id
+
+    def held_by(self, client: str, this: Delivery) -> bool:
+        """Whether `client` still held the queue `this` came from when it came: busy there
+        with a message received no later, or taking another from it afterwards while
+        `this`'s client was still taking messages from it."""
+        theirs = self._spans.get(self.key(client, this), [])
+        t = this.received_at
+        if any(start <= t <= end for start, end in theirs):
+            return True
+        later = [start for start, _ in theirs if start > t]
+        mine = self._spans.get(self.key(this.client, this), [])
+        return bool(later and mine) and min(later) <= max(start for start, _ in mine)
+
+
+def cause_of(prev: Delivery, this: Delivery, queues: QueueActivity) -> str:
+    """Why `this` delivery followed `prev` (same group, same message); the first rule that
+    holds, in the audit's order."""
     if (
         not is_retry_topic(this.topic)
         and not is_retry_topic(prev.topic)
         and this.position != prev.position
     ):
         return PRODUCER_RESEND
-    if prev.client != this.client:
-        mine = windows.get((this.client, this.topic, this.broker, this.queue_id))
-        theirs = windows.get((prev.client, this.topic, this.broker, this.queue_id))
-        if mine and theirs and theirs[0] <= mine[1] and mine[0] <= theirs[1]:
-            return REBALANCE_OVERLAP
+    if prev.outcome in FAILURES:
+        return RETRY_AFTER_FAILURE
+    if prev.client != this.client and queues.held_by(prev.client, this):
+        return REBALANCE_OVERLAP
     if prev.outcome is None:
         return REDELIVERY_AFTER_RESTART
     return OFFSET_NOT_COMMITTED
@@ -90,7 +119,7 @@ def cause_of(
 
 def delivery_findings(group: str, topic: str, deliveries: Sequence[Delivery]) -> list[Finding]:
     """delivered_twice / retried_then_ok findings of one group's deliveries."""
-    windows = activity(deliveries)
+    queues = QueueActivity(deliveries)
     by_msg: dict[str, list[Delivery]] = {}
     for d in sorted(deliveries, key=lambda d: d.received_at):
         by_msg.setdefault(d.msg_id, []).append(d)
@@ -98,7 +127,7 @@ def delivery_findings(group: str, topic: str, deliveries: Sequence[Delivery]) ->
     for msg_id, seq in sorted(by_msg.items()):
         if len(seq) < 2:
             continue
-        causes = [cause_of(a, b, windows) for a, b in itertools.pairwise(seq)]
+        causes = [cause_of(a, b, queues) for a, b in itertools.pairwise(seq)]
         other = [c for c in causes if c != RETRY_AFTER_FAILURE]
         if other:
             out.append(finding(DELIVERED_TWICE, msg_id, group, len(seq), topic, other[0]))

@@ -14,23 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from broker_runtime.offsets.json_file import CorruptStateError
 from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import checkpoint as C
-from pipeline.jobs.store_jobs import Summaries, read_consume_queues, read_log
+from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.progress import Ticker, say
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources
 from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_snapshot, plan_cq
 from pipeline.spark_session import apply_sql_conf, build_spark
-from pipeline.transforms.messages import to_messages
 
 Key = tuple[str, int, str]
+_SNAPSHOT_KEY = S.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
 
 
 def table_path(lake: str | Path, name: str) -> str:
@@ -83,8 +82,7 @@ class _Ingest:
         )
         for name, schema in S.TABLES.items():
             self.io.ensure_table(self.path(name), schema, S.PARTITIONS.get(name, ()))
-        cp_rows = self.io.read(self.path("ingest_checkpoint"), S.INGEST_CHECKPOINT).collect()
-        state = C.load_state(r.asDict() for r in cp_rows)
+        state = C.load_state(self._rows("ingest_checkpoint"))
         if state.unfinished:
             plan = C.resume_plan(state, brokers)
             say(f"resuming run {plan.run}, which did not finish", self.progress)
@@ -154,7 +152,7 @@ class _Ingest:
             f"{len({t.path for t in tasks})} segment files",
             self.progress,
         )
-        raw, acc = read_log(self.spark, tasks)
+        acc = self.spark.sparkContext.accumulator({}, ByKey())
 
         def line() -> str:
             done = list(acc.value.values())
@@ -165,15 +163,7 @@ class _Ingest:
             )
 
         with Ticker(line, enabled=self.progress):
-            n = self.io.append(
-                to_messages(raw, plan.run),
-                self.path("messages"),
-                S.MESSAGES,
-                S.MESSAGES_PARTITIONS,
-                txn=(C.TXN_APP, plan.run),
-            )
-            if n < 0:  # a resumed run whose messages are in: walk again for the rest
-                raw.write.format("noop").mode("overwrite").save()
+            n = ingest_log(self.io, tasks, self.path("messages"), plan.run, acc)
         self.appended["messages"] = max(n, 0)
         summaries: Summaries = dict(acc.value)
         say(line(), self.progress)
@@ -207,24 +197,13 @@ class _Ingest:
             if hi > item.start:
                 files += plan_cq(b, item.start, hi)
         if files:
-            df = read_consume_queues(self.spark, files, plan.run)
-            n = self.io.append(
-                df,
-                self.path("consume_queue"),
-                S.CONSUME_QUEUE,
-                S.CONSUME_QUEUE_PARTITIONS,
-                txn=(C.TXN_APP, plan.run),
-            )
+            n = ingest_consume_queues(self.io, files, self.path("consume_queue"), plan.run)
             self.appended["consume_queue"] = max(n, 0)
             say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files", self.progress)
 
     def _offsets(self, brokers: list[Broker], run: int) -> None:
         have = {
-            (r["broker"], r["broker_id"], r["snapshot_ts"])
-            for r in self.io.read(self.path("consumer_offsets"), S.CONSUMER_OFFSETS)
-            .select("broker", "broker_id", "snapshot_ts")
-            .distinct()
-            .collect()
+            (r["broker"], r["broker_id"], r["snapshot_ts"]) for r in self._rows("consumer_offsets")
         }
         rows = []
         for b in brokers:
@@ -284,32 +263,31 @@ class _Ingest:
         walked = {(s["broker"], s["broker_id"]) for s in summaries.values()}
         if not self.quarantine and not walked:
             return
-        rows = [{**q, "first_run": plan.run} for q in self.quarantine]
-        df = self.spark.createDataFrame(rows, S.QUARANTINE)
-        old = self.io.read(self.path("quarantine"), S.QUARANTINE)
-        old = old.select(*S.QUARANTINE_KEY, F.col("first_run").alias("_first"))
-        df = df.join(old, on=S.QUARANTINE_KEY, how="left")
-        df = df.withColumn("first_run", F.coalesce("_first", "first_run")).drop("_first")
-        brokers = " OR ".join(f"({{p}}broker = '{n}' AND {{p}}broker_id = {i})" for n, i in walked)
-
-        def stale(p: str) -> str:  # damaged tails of walked brokers that are gone now
-            return f"NOT {p}final AND ({brokers.format(p=p)})"
-
-        n = self.io.merge_upsert(
-            df,
-            self.path("quarantine"),
-            S.QUARANTINE,
-            S.QUARANTINE_KEY,
-            delete_unmatched=stale if walked else None,
-        )
-        self.appended["quarantine"] = n
+        old = {_quarantine_key(r): r for r in self._rows("quarantine")}
+        new = {}
+        for q in self.quarantine:
+            key = _quarantine_key(q)
+            new[key] = {**q, "first_run": old[key]["first_run"] if key in old else plan.run}
+        # Damaged tails of walked brokers that are not there any more are gone from the table.
+        kept = {
+            k: r
+            for k, r in old.items()
+            if k not in new and (r["final"] or (r["broker"], r["broker_id"]) not in walked)
+        }
+        changed = [r for k, r in new.items() if old.get(k) != r]
+        if changed or len(kept) + len(new) != len(old):
+            rows = sorted([*kept.values(), *new.values()], key=_quarantine_key)
+            self.io.replace_rows(rows, self.path("quarantine"), S.QUARANTINE)
+        self.appended["quarantine"] = len(changed)
 
     # -- helpers --------------------------------------------------------------------------
 
     def _append_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
-        schema = S.TABLES[table]
-        df: DataFrame = self.spark.createDataFrame(rows, schema)
-        return self.io.append(df, self.path(table), schema, S.PARTITIONS.get(table, ()))
+        return self.io.append_rows(rows, self.path(table), S.TABLES[table])
+
+    def _rows(self, table: str) -> list[dict[str, Any]]:
+        """A small table's rows (read on the driver)."""
+        return list(self.io.read_small(self.path(table), S.TABLES[table]).to_pylist())
 
     def _summary(self, plan: C.RunPlan, started: float) -> dict[str, Any]:
         seconds = time.monotonic() - started
@@ -339,6 +317,10 @@ class _Ingest:
             "warnings": self.warnings,
             "seconds": round(seconds, 3),
         }
+
+
+def _quarantine_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row[k] for k in S.QUARANTINE_KEY)
 
 
 def _bad(

@@ -1,5 +1,6 @@
-"""The Spark side of reading store files: one task per CommitLog range or per group of
-ConsumeQueue files, decoded in the Python workers with `mapInArrow`.
+"""The Spark side of reading store files: one Spark task per CommitLog range or per group of
+ConsumeQueue files, decoded in the Python workers and appended to Delta from there
+(DeltaIO.append_generated: on the embedded backend the workers write the data files).
 
 What a range found besides its messages (damaged ranges, where its walk ended) comes back
 through an accumulator keyed by range, so a retried task cannot count twice.
@@ -7,30 +8,27 @@ through an accumulator keyed by range, so a retried task cannot count twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
-from pyspark.sql import DataFrame, SparkSession
 
+from pipeline import schemas as S
+from pipeline.delta_io import DeltaIO
+from pipeline.jobs.checkpoint import TXN_APP
 from pipeline.readers.commitlog import RangeTask, read_range, summary
+from pipeline.readers.message_rows import to_messages
 from pipeline.readers.segments import WalkResult
 from pipeline.readers.store_files import CqFile, read_cq_file
-from pipeline.schemas import CONSUME_QUEUE, RAW_MESSAGE, struct_of
+from pipeline.spark_tasks import run_tasks
 
 Summaries = dict[str, dict[str, Any]]
 
-RANGE_TASK = struct_of(
-    "broker:str, broker_id:int, path:str, file_from:long, start:long, stop:long, exact:bool,"
-    " last_segment:bool, data_end:long"
-)
-CQ_TASK = struct_of(
-    "broker:str, broker_id:int, topic:str, queue_id:int, path:str, lo:long, hi:long"
-)
 
+class ByKey(AccumulatorParam[Summaries]):
+    """Range summaries by range id (a retried task replaces, never adds)."""
 
-class _ByKey(AccumulatorParam[Summaries]):
     def zero(self, value: Summaries) -> Summaries:
         return {}
 
@@ -39,36 +37,50 @@ class _ByKey(AccumulatorParam[Summaries]):
         return value1
 
 
-def read_log(
-    spark: SparkSession, tasks: list[RangeTask]
-) -> tuple[DataFrame, Accumulator[Summaries]]:
-    """RAW_MESSAGE rows of every range (lazy), and the accumulator their summaries go to."""
-    acc = spark.sparkContext.accumulator({}, _ByKey())
+def ingest_log(
+    io: DeltaIO, tasks: list[RangeTask], path: str, run: int, acc: Accumulator[Summaries]
+) -> int:
+    """Append the `messages` rows of every range to the table at `path` in one commit (or
+    none, -1, when the table has the run's txn: then the ranges are only walked); returns the
+    rows added. Each range's summary goes to `acc` (a ByKey accumulator) as it finishes."""
 
-    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for row in batch.to_pylist():
-                task = RangeTask(**row)
-                result = WalkResult()
-                yield from read_range(task, result)
-                acc.add({task.range_id: summary(task, result)})
+    def produce(row: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        task, result = RangeTask(**row), WalkResult()
+        for raw in read_range(task, result):
+            yield to_messages(raw, run)
+        acc.add({task.range_id: summary(task, result)})
 
     rows = [t.as_row() for t in tasks]
-    rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))
-    return spark.createDataFrame(rdd, RANGE_TASK).mapInArrow(parse, RAW_MESSAGE), acc
+    txn = (TXN_APP, run)
+    n = io.append_generated(rows, produce, path, S.MESSAGES, S.MESSAGES_PARTITIONS, txn)
+    if n < 0:  # a resumed run whose messages are in: walk again for the summaries
+
+        def walk(part: Iterable[dict[str, Any]]) -> list[None]:
+            for row in part:
+                for _ in produce(row):
+                    pass
+            return []
+
+        run_tasks(io.spark, rows, walk)
+    return n
 
 
-def read_consume_queues(spark: SparkSession, files: list[CqFile], run: int) -> DataFrame:
-    """CONSUME_QUEUE rows of the files' entries (lazy); files are spread over a few tasks."""
+def ingest_consume_queues(io: DeltaIO, files: list[CqFile], path: str, run: int) -> int:
+    """Append the `consume_queue` rows of the files' entries in one commit (-1: the table has
+    the run's txn); files are spread over a few tasks."""
 
-    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for row in batch.to_pylist():
-                out = read_cq_file(CqFile(**row), run)
-                if out.num_rows:
-                    yield out
+    def produce(row: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        out = read_cq_file(CqFile(**row), run)
+        if out.num_rows:
+            yield out
 
-    rows = [f.as_row() for f in files]
-    slices = max(1, min(len(rows), 4 * spark.sparkContext.defaultParallelism))
-    rdd = spark.sparkContext.parallelize(rows, slices)
-    return spark.createDataFrame(rdd, CQ_TASK).mapInArrow(parse, CONSUME_QUEUE)
+    slices = 4 * io.spark.sparkContext.defaultParallelism
+    return io.append_generated(
+        [f.as_row() for f in files],
+        produce,
+        path,
+        S.CONSUME_QUEUE,
+        S.CONSUME_QUEUE_PARTITIONS,
+        (TXN_APP, run),
+        slices,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,9 +21,9 @@ import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
 from pipeline.readers.segments import SegmentWalker, WalkResult
-from pipeline.readers.unit_batch import to_batch
 
 DEFAULT_RANGE_BYTES = 64 << 20
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value; not in 3.11
 
 
 @dataclass(frozen=True)
@@ -140,16 +141,30 @@ def plan_log(
 
 
 def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
-    """RAW_MESSAGE batches of the units starting in the task's range; damage goes to `result`."""
+    """RAW_MESSAGE batches (with the PICKED property columns) of the units starting in the
+    task's range; damage goes to `result`."""
     with open(task.path, "rb") as f:
         m = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
+    _populate(m, task.start, task.stop)
     walker = SegmentWalker(m, task.file_from, task.last_segment, task.data_end)
     try:
-        for positions in walker.walk(task.start, task.stop, task.exact, result):
-            yield to_batch(walker, positions, task.broker, task.broker_id, result)
+        for units in walker.walk(task.start, task.stop, task.exact, result):
+            yield units.to_batch(task.broker, task.broker_id)
     finally:
         del walker
         _close(m)
+
+
+def _populate(m: mmap.mmap, start: int, stop: int) -> None:
+    """Map the range's pages in one call (Linux 5.14+) instead of a page fault per few pages:
+    the faults cost as much as the decoding."""
+    if sys.platform != "linux":
+        return
+    lo = start - start % mmap.PAGESIZE
+    try:
+        m.madvise(_MADV_POPULATE_READ, lo, min(len(m), stop) - lo)
+    except OSError:
+        pass  # an older kernel: pages fault in as they are read
 
 
 def _close(m: mmap.mmap) -> None:

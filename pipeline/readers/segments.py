@@ -1,20 +1,20 @@
-"""CommitLog segment bytes -> the positions of its message units, plus every byte range that
-is not one. With unit_batch.py, the only binary decoding in the pipeline; pure code over a
-buffer.
+"""CommitLog segment bytes -> runs of decoded message units, plus every byte range that is
+not one. With unit_batch.py (which decodes runs of valid units), the only binary decoding in
+the pipeline; pure code over a buffer.
 
 A walk follows the TOTALSIZE chain from a known unit boundary (or from the first *anchor* at
 or after an arbitrary split point: a structurally valid unit whose PHYSICALOFFSET field is
-its own log offset, which a stray magic number inside a body never has). The chain is
-followed in a tight loop over (TOTALSIZE, MAGIC) only; the headers of a batch of units are
-then read with numpy in one go (a sliding-window gather of the 88-byte headers) and the
-field lengths and PHYSICALOFFSET are checked vectorised.
+its own log offset, which a stray magic number inside a body never has). Runs of valid units
+are decoded by `scan_units` (the C kernel); where a run stops short, the broker's codec
+says why.
 
 Damage never stops the walk: the damaged range (from the bad unit to the next anchor) is
 reported with the codec's reason (`torn`, `bad_magic`, `bad_size`, `bad_lengths`), or
 `bad_offset` (a unit whose PHYSICALOFFSET is not where it lies), `garbage` (non-zero bytes
 after the zero tail) or `zero_gap` (zeros followed by more units), and the walk goes on from
 the anchor. A unit whose body CRC does not match is emitted with crc_ok = false and also
-reported (`bad_crc`, by unit_batch.py). A damaged range at the end of the written part of the
+reported (`bad_crc`), one whose topic or properties are not UTF-8 is emitted decoded with
+replacement and reported (`bad_text`). A damaged range at the end of the written part of the
 last segment is not `final`: it may be a write still in flight, so the next run looks again.
 """
 
@@ -27,30 +27,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import RecordError
+from pipeline.readers.unit_batch import Units, scan_units
 
-BATCH_UNITS = 8192
-_MIN_UNIT = codec.HEADER_SIZE + 3
 _PREFIX = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
 _ZERO_CHUNK = 1 << 20
-# The fixed part of a unit as numpy sees it (big-endian), codec.HEADER's field order.
-HEADER_DTYPE = np.dtype(
-    [
-        ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"),
-        ("flag", ">i4"), ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"),
-        ("born_ts", ">i8"), ("born_ip", ">u4"), ("born_port", ">i4"), ("store_ts", ">i8"),
-        ("store_ip", ">u4"), ("store_port", ">i4"), ("reconsume", ">i4"), ("ptx", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)  # fmt: skip
-assert HEADER_DTYPE.itemsize == codec.HEADER_SIZE
-
 U8 = npt.NDArray[np.uint8]
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -147,9 +132,11 @@ class SegmentWalker:
         return bool(magic == codec.BLANK_MAGIC and total == self.size - pos)
 
     def first_nonzero(self, start: int) -> int | None:
-        pos = start
-        while pos < self.size:
-            nz = np.flatnonzero(self.arr[pos : min(self.size, pos + _ZERO_CHUNK)])
+        """The first non-zero byte at or after `start`: none past the data end, so the zeros
+        of a segment's unwritten part (most of the last one) are never read."""
+        pos, end = start, self.data_end()
+        while pos < end:
+            nz = np.flatnonzero(self.arr[pos : min(end, pos + _ZERO_CHUNK)])
             if len(nz):
                 return pos + int(nz[0])
             pos += _ZERO_CHUNK
@@ -157,8 +144,8 @@ class SegmentWalker:
 
     # -- the walk -------------------------------------------------------------------------
 
-    def walk(self, start: int, stop: int, exact: bool, result: WalkResult) -> Iterator[I64]:
-        """Yield arrays of valid unit positions whose units start in [start, stop).
+    def walk(self, start: int, stop: int, exact: bool, result: WalkResult) -> Iterator[Units]:
+        """Yield runs of the valid units that start in [start, stop).
 
         Damage starting before the first good unit at or past `stop` is this range's to
         report. Sets `result.end` to where the walk stopped: that unit's start, the end of
@@ -166,34 +153,24 @@ class SegmentWalker:
         """
         pos: int | None = start if exact else self.anchor(start)
         result.end = -1  # nothing starts in this range (stays so if there is no anchor)
-        unpack = _PREFIX.unpack_from
-        buf, size, magic_ok = self.buf, self.size, codec.MESSAGE_MAGIC
         while pos is not None and pos < stop:
-            found: list[int] = []
-            while pos < stop and len(found) < BATCH_UNITS:  # the hot loop: the chain only
-                if size - pos < 8:
-                    break
-                total, magic = unpack(buf, pos)
-                if magic != magic_ok or total < _MIN_UNIT or total > size - pos:
-                    break
-                found.append(pos)
-                pos += total
-            good = self._verified(np.array(found, dtype=np.int64))
-            if len(good) < len(found):
-                pos = found[len(good)]  # the first unit that failed the field checks
-            elif self.last_segment and len(good) and pos >= self.data_end():
-                tail = int(good[-1])  # the log's last unit: a bad CRC here is a torn write
-                if not codec.crc_ok(buf, tail):
-                    good = good[:-1]
+            units = scan_units(self.data, self.file_from, pos, stop)
+            pos = units.end
+            torn = -1
+            if self.last_segment and units.n and pos >= self.data_end():
+                # The log's last unit: a bad CRC here is a torn write (or one in flight).
+                tail = int(units.column("phys", np.int64)[-1]) - self.file_from
+                if not units.crc_ok()[-1]:
                     detail = "the last unit of the log fails its CRC (torn or in flight)"
                     result.bad.append(BadRange(tail, pos - tail, "torn", detail, False))
-                    pos = None
-            if len(good):
-                yield good
-            if pos is None:
-                result.end = int(found[-1])  # the torn unit: the next run starts there
+                    units, torn = units.head(units.n - 1), tail
+            if units.n:
+                self._account(units, result)
+                yield units
+            if torn >= 0:
+                result.end = torn  # the next run starts there
                 return
-            if pos >= stop or (len(found) == BATCH_UNITS and len(good) == len(found)):
+            if pos >= stop or units.full:
                 continue
             pos = self._skip_damage(pos, result)
         if pos is not None and pos < self.size:
@@ -209,28 +186,23 @@ class SegmentWalker:
         if pos is not None:
             result.end = pos
 
-    def _verified(self, pos: I64) -> I64:
-        """The leading run of `pos` whose lengths add up and whose PHYSICALOFFSET matches."""
-        if not len(pos):
-            return pos
-        h = self.headers(pos)
-        body_len = h["body_len"].astype(np.int64)
-        total = h["total"].astype(np.int64)
-        topic_at = pos + codec.HEADER_SIZE + body_len
-        ok = (body_len >= 0) & (topic_at + 3 <= pos + total)
-        t = np.where(ok, topic_at, pos)
-        topic_len = self.arr[t].astype(np.int64)
-        p = np.minimum(t + 1 + topic_len, self.size - 2)
-        props_len = (self.arr[p].astype(np.int64) << 8) | self.arr[p + 1]
-        props_len = np.where(props_len >= 0x8000, props_len - 0x10000, props_len)
-        ok &= codec.HEADER_SIZE + body_len + 1 + topic_len + 2 + props_len == total
-        ok &= h["phys"].astype(np.int64) == self.file_from + pos
-        bad = np.flatnonzero(~ok)
-        return pos if not len(bad) else pos[: int(bad[0])]
-
-    def headers(self, pos: I64) -> npt.NDArray[np.void]:
-        win = sliding_window_view(self.arr, codec.HEADER_SIZE)
-        return win[pos].view(HEADER_DTYPE).ravel()
+    def _account(self, units: Units, result: WalkResult) -> None:
+        """Count the run and report its units with a bad CRC or text."""
+        phys = units.column("phys", np.int64)
+        total = units.column("total", np.int32)
+        stored, body_len = units.column("crc", np.int32), units.column("body_len", np.int32)
+        for i in np.flatnonzero(~units.crc_ok()).tolist():
+            pos = int(phys[i]) - self.file_from
+            body = pos + codec.HEADER_SIZE
+            actual = codec.body_crc(self.buf[body : body + int(body_len[i])])
+            detail = f"BODYCRC {int(stored[i])}, body CRC {actual}"
+            result.bad.append(BadRange(pos, int(total[i]), "bad_crc", detail, True))
+        for i in (i for i in units.bad_text if i < units.n):
+            detail = "topic or properties are not UTF-8 (kept with replacement)"
+            pos = int(phys[i]) - self.file_from
+            result.bad.append(BadRange(pos, int(total[i]), "bad_text", detail, True))
+        result.units += units.n
+        result.unit_bytes += int(total.sum(dtype=np.int64))
 
     def _skip_damage(self, pos: int, result: WalkResult) -> int | None:
         """Record what is at `pos` (not a good unit); return where the walk goes on, or None

@@ -17,7 +17,7 @@ from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR, Consu
 from broker_runtime.offsets.json_file import CorruptStateError
 from broker_runtime.store.consume_queue import ENTRY_SIZE
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.commitlog import Broker
+from pipeline.readers.commitlog import Broker, segment_files
 from pipeline.schemas import CONSUME_QUEUE, arrow_schema
 
 CQ_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
@@ -95,19 +95,35 @@ def read_cq_file(task: CqFile, run: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=_CQ_ARROW)
 
 
-def max_offsets(store_dir: str) -> dict[tuple[str, int], int]:
-    """(topic, queue id) -> the next queue offset to be written (getMaxOffsetInQueue)."""
+def queue_bounds(store_dir: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, queue id) -> (min offset, max offset) as the broker reports them.
+
+    Max (getMaxOffsetInQueue): the next queue offset to be written. Min (getMinOffsetInQueue):
+    the first entry of the queue's first file that is written, not a filler and points into
+    the log (older log files may have expired while the queue file stayed), or the next file's
+    first such entry, or the max offset when the queue has none.
+    """
+    logs = segment_files(store_dir)
+    log_min = int(logs[0].name) if logs else 0
     out = {}
     for topic, qid, qdir in queue_dirs(store_dir):
         files = _files(qdir)
+        hi = int(files[0].name) // ENTRY_SIZE if files else 0
         for path in reversed(files):
-            sizes = _entries(str(path))["size"]
-            written = np.flatnonzero(sizes != 0)
+            written = np.flatnonzero(_entries(str(path))["size"] != 0)
             if len(written):
-                out[(topic, qid)] = int(path.name) // ENTRY_SIZE + int(written[-1]) + 1
+                hi = int(path.name) // ENTRY_SIZE + int(written[-1]) + 1
                 break
-        else:
-            out[(topic, qid)] = int(files[0].name) // ENTRY_SIZE if files else 0
+        lo = hi
+        for path in files:
+            e = _entries(str(path))
+            size = e["size"].astype(np.int64)
+            valid = (size != 0) & (size != _BLANK_SIZE) & (e["phys"].astype(np.int64) >= log_min)
+            first = np.flatnonzero(valid)
+            if len(first):
+                lo = min(hi, int(path.name) // ENTRY_SIZE + int(first[0]))
+                break
+        out[(topic, qid)] = (lo, hi)
     return out
 
 
@@ -118,7 +134,7 @@ class OffsetSnapshot:
 
 
 def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
-    """The broker's committed offsets now, each with its queue's max offset.
+    """The broker's committed offsets now, each with its queue's min and max offsets.
 
     None when the broker has no consumerOffset.json; raises CorruptStateError when neither
     it nor its .bak can be read.
@@ -132,7 +148,7 @@ def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
         table = ConsumerOffsets(Path(broker.store_dir)).table()
     except (CorruptStateError, ValueError) as e:
         raise CorruptStateError(f"{source}: {e}") from e
-    maxes = max_offsets(broker.store_dir)
+    bounds = queue_bounds(broker.store_dir)
     rows = []
     for key, queues in sorted(table.items()):
         topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
@@ -146,7 +162,8 @@ def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
                     "consumer_group": group,
                     "queue_id": qid,
                     "committed_offset": offset,
-                    "max_offset": maxes.get((topic, qid), 0),
+                    "max_offset": bounds.get((topic, qid), (0, 0))[1],
+                    "min_offset": bounds.get((topic, qid), (0, 0))[0],
                 }
             )
     return OffsetSnapshot(snapshot_ts, rows)

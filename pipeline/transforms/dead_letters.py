@@ -96,7 +96,7 @@ def audit_dead_letters(
     chain = F.coalesce(
         F.col("retry_chain"), F.array().cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
     )
-    cause = F.when(F.col("count") > 1, "max_reconsume_times").otherwise("sent_to_dlq_directly")
+    cause = F.when(F.col("count") > 1, A.MAX_RECONSUME_TIMES).otherwise(A.SENT_TO_DLQ_DIRECTLY)
     return rows.select(
         "msg_id",
         "group",

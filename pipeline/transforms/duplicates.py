@@ -1,15 +1,23 @@
 """`audit_duplicates`: messages stored twice, and messages delivered to one group more than once
 with the reason each extra delivery happened.
 
-Each delivery after a group's first of a message is explained by the one before it:
+These rules are the one definition of a duplicate's cause: the workload's truth.json applies
+them too (`broker_runtime.workload.truth.cause_of`, the same rules in Python over what its
+consumers journaled). Each delivery after a group's first of a message (ordered by receipt)
+is explained by the one before it, by the first rule that holds:
 1. both came from the message's own topic, from different stored copies (queue positions):
-   `producer_resend`;
+   `producer_resend` (seed 002 6.1.2.1; even when the one before failed: the resent copy
+   is a delivery of its own, not a retry of the first);
 2. the one before failed (RECONSUME_LATER / FAILED): `retry_after_failure`, as designed;
-3. another client delivered the one before and still held the queue when this one came
-   (busy with one of its messages, or taking more from it in between): `rebalance_overlap`
-   (two owners of one queue, seed 000);
+3. another client delivered the one before and still held the queue when this one came:
+   on that queue (topic pulled from, broker, queue id) it was busy with a message it had
+   received no later (finished at or after this receipt, or never), or it received another
+   message from the queue after this receipt, no later than this client's last receipt
+   there: `rebalance_overlap` (two owners of one queue at once, seeds 000 and 001). A client
+   that got the queue back only after the other had left it is not counted;
 4. the one before never finished (the consumer died holding it): `redelivery_after_restart`;
-5. the one before was CONSUMED but its offset was not committed: `offset_not_committed`.
+5. the one before was CONSUMED but its offset was not committed: `offset_not_committed`
+   (also a handover where the old owner had let the queue go).
 A group's row is `delivered_twice` when any extra delivery is not a retry, with the cause of
 the first such; `retried_then_ok` when all extras were retries and the last one was CONSUMED.
 Two or more CONSUMED outcomes add a `duplicate_effect` row: the work was done twice, where a
@@ -99,7 +107,12 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
     # At equal times the client's own receipt sorts first: received then, busy then.
     order = Window.partitionBy(*_ACTIVITY).orderBy(F.col("t"), F.col("probe").asc_nulls_first())
     before = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    after = order.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    # "This row and all after it" as a running frame over the reverse order: Spark recomputes
+    # an UNBOUNDED FOLLOWING frame for every row (quadratic in a client's deliveries).
+    reverse = Window.partitionBy(*_ACTIVITY).orderBy(
+        F.col("t").desc(), F.col("probe").desc_nulls_last()
+    )
+    after = reverse.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     marked = receipts.unionByName(probes).withColumns(
         {
             "busy_until": F.max("finish").over(before),

@@ -79,8 +79,8 @@ def lost_after_ack(
         "msg_id",
         F.lit(None).cast("string").alias("group"),
         F.lit(A.LOST_AFTER_ACK).alias("kind"),
-        F.when(F.col("delivered"), "absent_from_commitlog_after_delivery")
-        .otherwise("absent_from_commitlog")
+        F.when(F.col("delivered"), A.ABSENT_AFTER_DELIVERY)
+        .otherwise(A.ABSENT_FROM_COMMITLOG)
         .alias("cause"),
         F.lit(1).cast("long").alias("count"),
         "topic",
@@ -144,8 +144,8 @@ def undelivered(
         .otherwise(F.lit(None).cast("string"))
     )
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    cause = F.when(expired, "file_deleted_before_delivery").otherwise(
-        "offset_passed_without_delivery"
+    cause = F.when(expired, A.FILE_DELETED_BEFORE_DELIVERY).otherwise(
+        A.OFFSET_PASSED_WITHOUT_DELIVERY
     )
     detail = F.when(
         expired,

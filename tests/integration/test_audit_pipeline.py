@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ def _write_store(store_dir: Path, clock: FakeClock) -> dict[str, Any]:
 
         def put(msg: Message) -> Any:
             clock.advance(1000)
+            if not msg.born_timestamp:  # the producer stamps its send (copies keep theirs)
+                msg = replace(msg, born_timestamp=clock.now_ms() - 5)
             (result,) = store.put_messages([msg])
             return result
 

@@ -76,6 +76,37 @@ def test_two_clients_on_one_queue_at_once_is_a_rebalance_overlap() -> None:
     assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.REBALANCE_OVERLAP
 
 
+def test_a_client_that_left_before_the_duplicate_came_is_no_overlap() -> None:
+    # a finished m and left the queue; b got m (offset not committed), then a came back
+    # only after b had left: never two owners at once
+    ds = [
+        d("m", "a", 10, offset=4),
+        d("m", "b", 20, offset=4),
+        d("n", "b", 30, offset=5),
+        d("o", "a", 40, offset=6),
+    ]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.OFFSET_NOT_COMMITTED
+
+
+def test_the_old_owner_taking_more_after_the_duplicate_is_an_overlap() -> None:
+    # a was done with m when b got it, but a took n from the queue afterwards while b was
+    # still taking from it (b got o later): both held the queue
+    ds = [
+        d("m", "a", 10, offset=4),
+        d("m", "b", 20, offset=4),
+        d("n", "a", 30, offset=5),
+        d("o", "b", 40, offset=6),
+    ]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.REBALANCE_OVERLAP
+
+
+def test_a_resent_copy_after_a_failure_is_a_producer_resend() -> None:
+    ds = [d("m", "a", 10, "RECONSUME_LATER", offset=4), d("m", "a", 20, queue=1, offset=0)]
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
+        T.DELIVERED_TWICE, 2, T.PRODUCER_RESEND,
+    )  # fmt: skip
+
+
 def test_another_stored_copy_is_a_producer_resend() -> None:
     ds = [d("m", "a", 10, offset=4), d("m", "a", 11, broker="broker-b", offset=9)]
     assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (

@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
+from broker_runtime.workload import truth
+from broker_runtime.workload.journal import Delivery
+from pipeline import audit_schemas
 from pipeline.transforms.duplicates import audit_duplicates, explain_deliveries
 from tests.unit.pipeline.audit_helpers import T0, assert_rows, delivery, log, messages, msg
 
@@ -140,6 +143,40 @@ def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
             ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
         ],
     )
+
+
+def test_the_workload_truth_explains_deliveries_by_the_same_rules(spark: SparkSession) -> None:
+    """truth.json's Python rules (broker_runtime.workload.truth) and the audit's columns
+    give every (group, message) the same kind, cause and count on the same deliveries."""
+    rows = _deliveries()
+    found = audit_duplicates(messages(spark, []), log(spark, rows), T0)
+    audit = {
+        (r["msg_id"], r["group"], r["kind"], r["cause"], r["count"])
+        for r in found.filter(found.kind != audit_schemas.DUPLICATE_EFFECT).collect()
+    }
+    per_group: dict[str, list[Delivery]] = {}
+    for r in sorted(rows, key=lambda r: (r["received_at"], r["id"])):
+        per_group.setdefault(str(r["group"]), []).append(
+            Delivery(
+                0, str(r["msg_id"]), str(r["client_id"]), str(r["topic"]), str(r["broker"]),
+                int(r["queue_id"]), int(r["queue_offset"]), int(r["reconsume_times"]),
+                int(r["received_at"]), r["outcome"], r["finished_at"],
+            )  # type: ignore[arg-type]
+        )  # fmt: skip
+    from_rules = {
+        (f["msg_id"], f["group"], f["kind"], f["cause"], f["count"])
+        for group, ds in per_group.items()
+        for f in truth.delivery_findings(group, "TopicA", ds)
+    }
+    assert from_rules == audit
+
+
+def test_the_workload_truth_names_kinds_and_causes_as_the_audit_does() -> None:
+    names = ["STORED_TWICE", "DELIVERED_TWICE", "RETRIED_THEN_OK", "DEAD_LETTERED"]
+    names += ["LOST_AFTER_ACK", "RETRY_AFTER_FAILURE", "PRODUCER_RESEND", "REBALANCE_OVERLAP"]
+    names += ["REDELIVERY_AFTER_RESTART", "OFFSET_NOT_COMMITTED", "MAX_RECONSUME_TIMES"]
+    names += ["SENT_TO_DLQ_DIRECTLY", "ABSENT_FROM_COMMITLOG"]
+    assert {n: getattr(truth, n) for n in names} == {n: getattr(audit_schemas, n) for n in names}
 
 
 def test_a_retry_after_a_duplicate_keeps_the_duplicate_cause(spark: SparkSession) -> None:

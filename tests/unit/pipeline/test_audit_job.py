@@ -37,6 +37,20 @@ def test_a_changed_table_is_replaced_in_one_commit(spark: SparkSession, tmp_path
     assert len(history(path)) == 2  # created, replaced; the unchanged write committed nothing
 
 
+def test_a_table_whose_findings_are_gone_is_replaced_by_an_empty_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A candidate resent since: the next run's table has no rows, and reads as such."""
+    schema = AUDIT_TABLES["resend_candidates"]
+    path = str(tmp_path / "resend_candidates")
+    io = DeltaIO(spark)
+    found = {"msg_id": "U1", "kind": "resend_due", "cause": "c", "count": 1, "as_of_ms": 1}
+    assert write_if_changed(io, frame(spark, schema, [found]), path, "resend_candidates")[1]
+    profile, written = write_if_changed(io, frame(spark, schema, []), path, "resend_candidates")
+    assert written and profile.rows == 0
+    assert io.read(path, schema).collect() == []  # every file the table names is there
+
+
 def test_a_missing_lake_is_a_clear_error(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         run_audit(tmp_path / "nowhere", spark)

@@ -133,3 +133,59 @@ def test_merge_upsert_updates_inserts_deletes_and_skips_no_change(
     assert n == 2  # k=1 changed, k=4 new; k=2 (not final, gone from the source) deleted
     got = sorted(tuple(r) for r in io.read(path, schema).collect())
     assert got == [(1, "A", True), (3, "c", False), (4, "d", True)]
+
+
+def _made(task: dict[str, Any]) -> Any:
+    """Rows a worker makes for a task: k in [lo, hi), in two batches, partitions mixed."""
+    import pyarrow as pa
+
+    from pipeline.schemas import arrow_schema
+
+    ks = list(range(task["lo"], task["hi"]))
+    for half in (ks[: len(ks) // 2], ks[len(ks) // 2 :]):
+        rows = [
+            {"k": k, "part": [ODD, "plain", None][k % 3], "v": f"v{k}", "m": [("x", str(k))]}
+            for k in half
+        ]
+        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema(SCHEMA))
+
+
+@pytest.mark.slow
+def test_rows_made_in_the_workers_are_appended_once_and_read_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    io, path = DeltaIO(spark), str(tmp_path / "t")
+    tasks = [{"lo": 0, "hi": 10}, {"lo": 10, "hi": 13}, {"lo": 13, "hi": 13}]
+    assert io.append_generated(tasks, _made, path, SCHEMA, ["part"], txn=("app", 1)) == 13
+    assert io.append_generated(tasks, _made, path, SCHEMA, ["part"], txn=("app", 1)) == -1
+    assert len(history(path)) == 1 and txn_version(path, "app") == 1
+    want = [(k, [ODD, "plain", None][k % 3], f"v{k}", {"x": str(k)}) for k in range(13)]
+    got = sorted((tuple(r) for r in io.read(path, SCHEMA).collect()), key=lambda r: r[0])
+    assert got == want
+    small = sorted(io.read_small(path, SCHEMA).to_pylist(), key=lambda r: r["k"])
+    assert [(r["k"], r["part"], r["v"], dict(r["m"])) for r in small] == want
+    table = DeltaTable(path)
+    assert table.metadata().partition_columns == ["part"]
+    assert sorted(table.get_add_actions(flatten=True).column("partition.part").to_pylist(),
+                  key=str) == sorted([ODD, ODD, "plain", "plain", None, None], key=str)  # fmt: skip
+    assert io.append_generated([], _made, path, SCHEMA, ["part"], txn=("app", 2)) == 0
+    assert len(history(path)) == 1  # no rows: no commit
+
+
+@pytest.mark.slow
+def test_small_tables_are_written_from_the_driver_and_older_ones_gain_columns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    old, new = struct_of("k:long, v:str"), struct_of("k:long, v:str, added:long")
+    io, path = DeltaIO(spark), str(tmp_path / "t")
+    io.ensure_table(path, old)
+    assert io.append_rows([{"k": 1, "v": "a"}], path, old) == 1
+    io.ensure_table(path, new)  # a table made before `added` existed
+    assert [f.name for f in DeltaTable(path).schema().fields] == ["k", "v", "added"]
+    assert io.append_rows([{"k": 2, "v": "b", "added": 7}], path, new) == 1
+    want = [{"k": 1, "v": "a", "added": None}, {"k": 2, "v": "b", "added": 7}]
+    assert sorted(io.read_small(path, new).to_pylist(), key=lambda r: r["k"]) == want
+    assert sorted((r.asDict() for r in io.read(path, new).collect()), key=lambda r: r["k"]) == want
+    io.replace_rows([{"k": 3, "v": "c", "added": 1}], path, new)
+    assert io.read_small(path, new).to_pylist() == [{"k": 3, "v": "c", "added": 1}]
+    assert len(history(path)) == 5  # create, append, add column, append, overwrite

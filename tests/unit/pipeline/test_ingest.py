@@ -112,6 +112,7 @@ def test_consume_queue_offsets_and_ledgers(
         (o["broker_id"], o["topic"], o["consumer_group"], o["queue_id"]): (
             o["committed_offset"],
             o["max_offset"],
+            o["min_offset"],  # nothing expired: every queue starts at 0
         )
         for o in offsets
     }
@@ -120,8 +121,8 @@ def test_consume_queue_offsets_and_ledgers(
         if m["broker"] == "broker-a" and m["broker_id"] == 0:
             k = (m["topic"], m["queue_id"])
             qmax[k] = max(qmax.get(k, 0), m["queue_offset"] + 1)
-    assert got[(0, "Topic0", "groupA", 0)] == (7, qmax[("Topic0", 0)])
-    assert got[(1, "Topic1", "groupA", 2)] == (3, qmax[("Topic1", 2)])  # the slave's copy
+    assert got[(0, "Topic0", "groupA", 0)] == (7, qmax[("Topic0", 0)], 0)
+    assert got[(1, "Topic1", "groupA", 2)] == (3, qmax[("Topic1", 2)], 0)  # the slave's copy
     assert {o["broker"] for o in offsets} == {"broker-a"}
     stubs = sorted(rows(spark, lake, "message_stub"), key=lambda r: r["msg_id"])
     assert stubs == [ledgers.stub(i) for i in range(20)]

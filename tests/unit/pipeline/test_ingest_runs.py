@@ -3,6 +3,7 @@ quarantined (and a damaged tail that completes later is taken back), ledger upda
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -148,3 +149,37 @@ def test_expired_log_files_and_missing_ledgers_are_reported(
     assert summary["messages"] == len(stored(store))
     assert rows(spark, lake, "message_stub") == [] and rows(spark, lake, "message_log") == []
     assert os.path.isdir(table_path(lake, "message_log") + "/_delta_log")
+
+
+def test_offset_snapshots_record_the_queue_bounds_the_broker_reports(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    store_dir = data / "brokers" / "broker-a" / "master"
+    write_store(store_dir, varied(400))
+    # The broker's own cleanup expires the older log files, and with them the first entries
+    # of each queue (its first ConsumeQueue file stays: its last entries are still good).
+    store = MessageStore(
+        dataclasses.replace(config(store_dir), file_reserved_hours=0), disk_ratio=lambda _p: 0.0
+    )
+    try:
+        assert store.run_cleanup(force=True).commitlog_deleted
+        queues = [*store.queues(), ("Topic0", 1)]  # the last one has no messages at all
+        want = {q: (store.min_offset(*q), store.max_offset(*q)) for q in queues}
+    finally:
+        store.shutdown()
+    assert sum(lo > 0 for lo, _ in want.values()) == len(queues) - 1 and want[("Topic0", 1)] == (
+        0,
+        0,
+    )
+    offsets = ConsumerOffsets(store_dir)
+    for topic, queue_id in queues:
+        offsets.commit(topic, "groupA", queue_id, 1)
+    offsets.persist()
+
+    ingest(spark, data, tmp_path / "lake")
+    got = {
+        (r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"])
+        for r in rows(spark, tmp_path / "lake", "consumer_offsets")
+    }
+    assert got == want

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker_runtime.common.message import string_to_properties
 from broker_runtime.store import record_codec as codec
+from pipeline.readers import unit_batch
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
 from pipeline.readers.segments import WalkResult
-from pipeline.readers.unit_batch import properties_map
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 
@@ -64,6 +64,16 @@ def test_every_unit_once_with_every_field(store: Path, range_bytes: int) -> None
         assert dict(r["properties"]) == m.properties
     assert bad_of(sums) == []
     assert max(s["end"] for s in sums) == want[-1].phys_offset + want[-1].total_size
+
+
+def test_the_pure_twin_reads_what_the_kernel_reads(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if unit_batch.IMPLEMENTATION != "c":
+        pytest.skip("the C kernel is not built")
+    kernel_rows, kernel_sums = read_all(store, 7 * 1024 + 3)
+    monkeypatch.setattr(unit_batch, "_KERNEL", None)
+    assert read_all(store, 7 * 1024 + 3) == (kernel_rows, kernel_sums)
 
 
 def _corrupt(store: Path, offset: int, data: bytes) -> None:
@@ -155,9 +165,70 @@ def test_zeroed_unit_is_a_zero_gap_and_garbage_after_the_tail_is_reported(fresh:
     ]
 
 
-@given(st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=6), st.booleans())
-def test_properties_map_reads_as_the_broker_does(pairs: list[tuple[str, str]], junk: bool) -> None:
+def unit(props: bytes, topic: bytes = b"T", body: bytes = b"body", phys: int = 0) -> bytes:
+    """One message unit with raw TOPIC and PROPERTIES bytes (what the codec would refuse)."""
+    size = codec.record_size(len(body), len(topic), len(props))
+    host = bytes([10, 0, 0, 1])
+    header = codec.HEADER.pack(
+        size, codec.MESSAGE_MAGIC, codec.body_crc(body), 1, 0, 7, phys, 0, 5, host, 9876, 6,
+        host, -1, 0, 0, len(body),
+    )  # fmt: skip
+    return header + body + bytes([len(topic)]) + topic + len(props).to_bytes(2, "big") + props
+
+
+Scan = Callable[..., unit_batch.Units]
+KERNELS = [
+    pytest.param(
+        unit_batch.scan_units,
+        id="c",
+        marks=pytest.mark.skipif(unit_batch.IMPLEMENTATION != "c", reason="C kernel not built"),
+    ),
+    pytest.param(unit_batch.scan_units_py, id="python"),
+]
+
+
+@pytest.mark.parametrize("scan", KERNELS)
+@given(
+    st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=20),
+    st.sampled_from(["", "junk\x02", "\x02\x02", "tail-without-separator"]),
+)
+def test_properties_read_as_the_broker_reads_them(
+    scan: Scan, pairs: list[tuple[str, str]], junk: str
+) -> None:
     pairs = [(k.replace("\x01", "").replace("\x02", ""), v.replace("\x02", "")) for k, v in pairs]
-    text = "".join(f"{k}\x01{v}\x02" for k, v in pairs) + ("junk\x02" if junk else "")
-    got = properties_map(pa.array([text, ""], pa.string())).to_pylist()
-    assert dict(got[0]) == string_to_properties(text) and got[1] == []
+    text = "".join(f"{k}\x01{v}\x02" for k, v in pairs) + junk
+    data = unit(text.encode()) + unit(b"", phys=codec.record_size(4, 1, len(text.encode())))
+    units = scan(data, 0, 0, len(data))
+    got = units.to_batch("b", 0).column("properties").to_pylist()
+    assert got[0] == list(string_to_properties(text).items())  # first place, last value
+    assert (got[1], units.n, units.end, units.bad_text) == ([], 2, len(data), [])
+
+
+@pytest.mark.parametrize("scan", KERNELS)
+def test_text_that_is_not_utf8_is_replaced_and_listed(scan: Scan) -> None:
+    good = unit(b"k\x01v\x02")
+    bad_props = b"k\x01\xff\xfe\xc3\x02\xed\xa0\x80\x01x\x02"
+    data = good + unit(bad_props, topic=b"T\xe9", phys=len(good))
+    units = scan(data, 0, 0, len(data))
+    batch = units.to_batch("b", 0).to_pylist()
+    assert units.bad_text == [1]
+    assert batch[1]["topic"] == b"T\xe9".decode(errors="replace")
+    assert batch[1]["properties"] == list(
+        string_to_properties(bad_props.decode(errors="replace")).items()
+    )
+    assert (batch[0]["born_host"], batch[0]["store_host"]) == ("10.0.0.1:9876", "10.0.0.1:-1")
+
+
+@pytest.mark.parametrize("scan", KERNELS)
+def test_a_run_stops_at_the_batch_limit_and_before_a_bad_unit(scan: Scan) -> None:
+    units: list[bytes] = []
+    for i in range(5):
+        prev = sum(len(u) for u in units)
+        units.append(unit(b"k\x01v\x02", body=bytes([i]) * i, phys=prev))
+    data = b"".join(units)
+    first = scan(data, 0, 0, len(data), max_units=3)
+    assert (first.n, first.full, first.end) == (3, True, sum(len(u) for u in units[:3]))
+    damaged = data[: first.end] + b"\x00" * 8 + data[first.end + 8 :]
+    rest = scan(damaged, 0, 0, len(damaged))
+    assert (rest.n, rest.full, rest.end) == (3, False, first.end)
+    assert [r["body"] for r in rest.to_batch("b", 0).to_pylist()] == [b"", b"\x01", b"\x02\x02"]

@@ -1,0 +1,173 @@
+"""What tests/integration/test_audit_truth.py compares: findings as comparable keys (from
+truth.json, from the audit tables, from truth.py's rules over the raw consumer ledger), the
+raw data counted without the pipeline, and precision/recall tables."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker_runtime.common.message import UNIQ_KEY
+from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of, is_dlq_topic, is_retry_topic
+from broker_runtime.workload import truth as T
+from broker_runtime.workload.journal import Delivery
+from tests.integration.test_workload import messages
+
+# (scenario, kind, msg_id, group, cause): one finding, as both sides must name it.
+Key = tuple[str, str, str, str | None, str | None]
+
+
+def scenario_of(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Topic or group name -> the scenario it belongs to."""
+    out = {}
+    for name, s in doc["scenarios"].items():
+        out[s["topic"]] = name
+        out.update(dict.fromkeys(s["groups"], name))
+    return out
+
+
+def truth_keys(doc: Mapping[str, Any]) -> dict[Key, int]:
+    """Every finding of truth.json -> its count."""
+    return {
+        (name, f["kind"], f["msg_id"], f["group"], f.get("cause")): f["count"]
+        for name, s in doc["scenarios"].items()
+        for f in s["findings"]
+    }
+
+
+def audit_keys(rows: Iterable[Mapping[str, Any]], owners: Mapping[str, str]) -> dict[Key, int]:
+    """Audit rows -> count, keyed like truth (scenario by group, else topic; "?" for none)."""
+    out = {}
+    for r in rows:
+        scenario = owners.get(r["group"] or "") or owners.get(r["topic"] or "", "?")
+        out[(scenario, r["kind"], r["msg_id"], r["group"], r["cause"])] = int(r["count"])
+    return out
+
+
+def without_cause(keys: Iterable[Key]) -> set[tuple[str, str, str, str | None]]:
+    return {k[:4] for k in keys}
+
+
+# -- the raw data, read without the pipeline ---------------------------------------------------
+
+
+def _query(db: Path, sql: str) -> list[Any]:
+    """Rows of `sql` on a SQLite ledger, read only; none where that ledger was never made."""
+    if not db.is_file():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def ledger_deliveries(data_dir: Path) -> dict[str, list[Delivery]]:
+    """group -> its message_log rows as deliveries, in the order the audit numbers them."""
+    rows = _query(
+        data_dir / "ledger" / "consumer.db",
+        "SELECT msg_id, client_id, topic, broker, queue_id, queue_offset, reconsume_times,"
+        ' received_at, outcome, finished_at, "group" FROM message_log ORDER BY received_at, id',
+    )
+    out: dict[str, list[Delivery]] = {}
+    for *fields, group in rows:
+        out.setdefault(group, []).append(Delivery(0, *fields))
+    return out
+
+
+def rules_on_ledger(data_dir: Path, owners: Mapping[str, str]) -> dict[Key, int]:
+    """truth.py's delivery rules applied to the ledger's rows: what the audit must say."""
+    out: dict[Key, int] = {}
+    for group, ds in ledger_deliveries(data_dir).items():
+        scenario = owners.get(group, "?")
+        for f in T.delivery_findings(group, "", ds):
+            out[(scenario, f["kind"], f["msg_id"], group, f["cause"])] = f["count"]
+    return out
+
+
+@dataclass
+class RawCounts:
+    """Counted from one cluster data dir's files: sqlite3 on its ledgers, the store's own
+    reader on its commitlogs."""
+
+    delivered_more_than_once: set[tuple[str, str]]  # (group, msg_id)
+    consumed_more_than_once: set[tuple[str, str]]
+    failed_every_time: set[tuple[str, str]]  # delivered more than once, never CONSUMED
+    stored_twice: set[str]
+    in_dlq: set[tuple[str, str]]
+    acked_not_stored: set[str]  # CONFIRMED stubs with an offset, in no commitlog
+
+
+def _units(data_dir: Path, role: str) -> Iterable[Any]:
+    for store in sorted((data_dir / "brokers").glob(f"*/{role}")):
+        yield from messages(store)
+
+
+def raw_counts(data_dir: Path) -> RawCounts:
+    per_msg = _query(
+        data_dir / "ledger" / "consumer.db",
+        "SELECT \"group\", msg_id, COUNT(*), SUM(outcome = 'CONSUMED') FROM message_log"
+        ' GROUP BY "group", msg_id',
+    )
+    stubs = _query(
+        data_dir / "ledger" / "producer.db",
+        "SELECT msg_id FROM message_stub WHERE status = 'CONFIRMED' AND queue_offset IS NOT NULL",
+    )
+    confirmed = {r[0] for r in stubs}
+    first_hand: Counter[tuple[str, str]] = Counter()
+    stored, dlq = set(), set()
+    for role in ("master", "slave"):
+        for m in _units(data_dir, role):
+            key = m.properties.get(UNIQ_KEY)
+            if key is None:
+                continue
+            stored.add(key)
+            if role != "master":
+                continue
+            if is_dlq_topic(m.topic):
+                dlq.add((str(group_of(m.topic)), key))
+            elif not is_retry_topic(m.topic) and m.topic != SCHEDULE_TOPIC:
+                first_hand[(m.topic, key)] += 1
+    return RawCounts(
+        delivered_more_than_once={(g, m) for g, m, n, _ in per_msg if n > 1},
+        consumed_more_than_once={(g, m) for g, m, _, c in per_msg if (c or 0) > 1},
+        failed_every_time={(g, m) for g, m, n, c in per_msg if n > 1 and not c},
+        stored_twice={k for (_, k), n in first_hand.items() if n > 1},
+        in_dlq=dlq,
+        acked_not_stored=confirmed - stored,
+    )
+
+
+def describe(raw: RawCounts) -> str:
+    return ", ".join(f"{k} {len(v)}" for k, v in vars(raw).items())
+
+
+# -- precision and recall ---------------------------------------------------------------------
+
+
+def precision_recall(truth: Iterable[Key], found: Iterable[Key]) -> list[tuple[str, ...]]:
+    """Rows (kind, cause, truth, found, both, precision, recall): per kind and cause, then
+    per kind with any cause (message and group only); 1.0 where a side has nothing to miss."""
+    t, f = set(truth), set(found)
+    rows: list[tuple[str, ...]] = []
+
+    def row(kind: str, cause: str, tk: set[Any], fk: set[Any]) -> None:
+        both = len(tk & fk)
+        p = both / len(fk) if fk else 1.0
+        r = both / len(tk) if tk else 1.0
+        rows.append((kind, cause, str(len(tk)), str(len(fk)), str(both), f"{p:.3f}", f"{r:.3f}"))
+
+    for kind, cause in sorted({(k[1], k[4] or "-") for k in t | f}):
+        row(kind, cause, *({k for k in s if (k[1], k[4] or "-") == (kind, cause)} for s in (t, f)))
+    for kind in sorted({k[1] for k in t | f}):
+        row(kind, "(any)", *({k[:4] for k in s if k[1] == kind} for s in (t, f)))
+    return rows
+
+
+def table(title: str, rows: list[tuple[str, ...]]) -> str:
+    head = ("kind", "cause", "truth", "found", "both", "precision", "recall")
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
