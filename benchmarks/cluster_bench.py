@@ -1,9 +1,11 @@
 """`make bench` (cluster part): this broker vs RabbitMQ vs Redis Streams, side by side.
 
 Each system runs on loopback in a temporary directory, started and stopped here (the peers:
-peers.py). Producers are separate processes, each sending 1 KiB messages one at a time and
-waiting for the acknowledgement, for `--seconds`; batch sends are 64 messages per request
-(Redis: a pipeline of 64 XADDs). What an acknowledgement means:
+peers.py), all of them at once. Producers are separate processes, each sending 1 KiB
+messages one at a time and waiting for the acknowledgement, for `--seconds`; batch sends
+are 64 messages per request (Redis: a pipeline of 64 XADDs). The systems take turns at each
+case, `--rounds` times in alternating order, so that a shared machine's load weighs on all
+of them alike. What an acknowledgement means:
 - this broker: a sync send, answered once the message is in the CommitLog; the cluster runs
   with ASYNC flush (RocketMQ's default: the log is flushed every 500 ms, as Redis's
   `appendfsync everysec`), no slaves unless `--slaves`. The single sends are repeated on a
@@ -39,7 +41,11 @@ from peers import log
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from broker_runtime.common import aio  # noqa: E402 - after the path is set
+# The client is imported here, before producer processes fork: on a loaded machine, 8 of
+# them each importing it would still be at it when the clock starts.
+from broker_runtime.client.model import new_message  # noqa: E402 - after the path is set
+from broker_runtime.client.producer import Producer  # noqa: E402
+from broker_runtime.common import aio  # noqa: E402
 
 TOPIC, GROUP = "Bench", peers.GROUP
 BATCH = 64
@@ -65,11 +71,8 @@ def our_cluster(work: Path, slaves: bool, flush: str = "async") -> Iterator[str]
 
 
 # -- producer processes ---------------------------------------------------------------------
-def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: float) -> Any:
-    from broker_runtime.client.model import new_message
-    from broker_runtime.client.producer import Producer
-
-    async def main() -> Any:
+def ours_producer(ns: str, batch: int, size: int, producers: int, seconds: float) -> Any:
+    async def main() -> peers.Timed:
         async with Producer(ns, "bench-producer") as p:
             body = b"x" * size
 
@@ -81,32 +84,42 @@ def ours_producer(ns: str, batch: int, size: int, start_at: float, seconds: floa
 
             for _ in range(peers.WARM_UP):
                 await send_one()
-            await asyncio.sleep(max(0.0, start_at - time.time()))
+            start = peers.wait_for_start(producers)  # blocks the loop: nothing else runs yet
             lat: list[float] = []
-            end = start_at + seconds
+            end = start + seconds
             while time.time() < end:
                 t = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
                 await send_one()
                 lat.append(time.perf_counter() - t)
-            return len(lat) * batch, time.time(), lat
+            return len(lat) * batch, start, time.time(), lat
 
     return aio.run(main())
 
 
+Run = tuple[int, float, list[float]]  # messages, seconds, latencies of one timed run
+
+
 def run_producers(fn: Callable[..., Any], target: Any, producers: int, batch: int,
-                  size: int, seconds: float) -> dict[str, float]:  # fmt: skip
-    start_at = time.time() + 2.0 + 0.2 * producers
+                  size: int, seconds: float) -> Run:  # fmt: skip
+    peers.new_start_line()
     with mp.get_context("fork").Pool(producers) as pool:
-        args = [(target, batch, size, start_at, seconds)] * producers
-        results = pool.starmap(fn, args)
-    count = sum(r[0] for r in results)
-    lat = sorted(x for r in results for x in r[2])
-    elapsed = max(r[1] for r in results) - start_at
+        results: list[peers.Timed] = pool.starmap(
+            fn, [(target, batch, size, producers, seconds)] * producers
+        )
+    lat = [x for r in results for x in r[3]]
+    return sum(r[0] for r in results), max(r[2] for r in results) - results[0][1], lat
+
+
+def summarize(runs: list[Run], loads: list[float]) -> dict[str, Any]:
+    """The runs of one case as one figure: all messages over all timed seconds."""
+    count, elapsed = sum(r[0] for r in runs), sum(r[1] for r in runs)
+    lat = sorted(x for r in runs for x in r[2])
     return {
         "messages": count,
         "msgs_per_s": round(count / elapsed),
         "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
         "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 3),
+        "load1": round(sum(loads) / len(loads), 2),
     }
 
 
@@ -188,9 +201,6 @@ def e2e_consumer(ns: str, total: int, conn: Any) -> None:
 
 
 def e2e_producer(ns: str, first: int, last: int, size: int) -> int:
-    from broker_runtime.client.model import new_message
-    from broker_runtime.client.producer import Producer
-
     async def main() -> int:
         pad = b"x" * max(0, size - 8)
         async with Producer(ns, "e2e-producer") as p:
@@ -287,7 +297,8 @@ def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dic
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=5.0, help="per send case")
+    ap.add_argument("--seconds", type=float, default=5.0, help="per send case and round")
+    ap.add_argument("--rounds", type=int, default=2, help="of each send case, order reversed")
     ap.add_argument("--size", type=int, default=1024, help="body bytes")
     ap.add_argument("--producers", default="1,8", help="producer process counts")
     ap.add_argument("--messages", type=int, default=1_000_000, help="end to end (0: skip)")
@@ -300,16 +311,22 @@ def main() -> int:
     figures: dict[str, dict[str, Any]] = {}
 
     def case(name: str, result: dict[str, Any]) -> None:
-        figures[name] = {**result, "load1": round(os.getloadavg()[0], 2)}
+        figures[name] = {"load1": round(os.getloadavg()[0], 2), **result}
         print(json.dumps({"case": name, **figures[name]}), flush=True)
 
-    def sends(prefix: str, fn: Callable[..., Any], target: Any, batch_name: str | None) -> None:
-        for n in producers:
-            log(f"{prefix}: {n} producer(s), one acknowledged send at a time")
-            case(f"{prefix} send x{n}", run_producers(fn, target, n, 1, args.size, args.seconds))
-        if batch_name:
-            log(f"{prefix}: 1 producer, {BATCH} messages per request")
-            case(batch_name, run_producers(fn, target, 1, BATCH, args.size, args.seconds))
+    def side_by_side(cases: list[tuple[str, Callable[..., Any], Any]], n: int, batch: int) -> None:
+        """Every system's run of one case in turn, `--rounds` times, each round in the
+        reverse order of the last: the load of a shared machine drifts, and so it drifts
+        alike for all of them."""
+        runs: dict[str, list[Run]] = {name: [] for name, _, _ in cases}
+        loads: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        for r in range(args.rounds):
+            for name, fn, target in cases if r % 2 == 0 else cases[::-1]:
+                log(f"{name}: {n} producer(s), {batch} message(s) per request, round {r + 1}")
+                runs[name].append(run_producers(fn, target, n, batch, args.size, args.seconds))
+                loads[name].append(os.getloadavg()[0])
+        for name, _, _ in cases:
+            case(name, summarize(runs[name], loads[name]))
 
     def consume(prefix: str, count: int, seconds: float) -> None:
         case(f"{prefix} consume", {"messages": count, "msgs_per_s": round(count / seconds)})
@@ -317,32 +334,41 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     log(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     try:
-        log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
-        with our_cluster(work / "ours", args.slaves) as ns:
-            sends("ours", ours_producer, ns, "ours batch64 x1")
+        with contextlib.ExitStack() as systems:
+            log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
+            ns = systems.enter_context(our_cluster(work / "ours", args.slaves))
+            sends: list[tuple[str, Callable[..., Any], Any]] = [("ours", ours_producer, ns)]
+            batches = [("ours batch64 x1", ours_producer, ns)]
+            if "syncflush" not in skip:
+                log("this broker again, SYNC flush: a send is answered after the fdatasync")
+                ns_sync = systems.enter_context(our_cluster(work / "sync", args.slaves, "sync"))
+                sends.append(("ours syncflush", ours_producer, ns_sync))
+            if "redis" not in skip:
+                log("Redis Streams (appendonly, fsync every second)")
+                redis_port = systems.enter_context(peers.redis_server(work / "redis"))
+                sends.append(("redis", peers.redis_producer, redis_port))
+                batches.append(("redis pipeline64 x1", peers.redis_producer, redis_port))
+            rabbit = "rabbitmq" not in skip and peers.ensure_rabbitmq()
+            if rabbit:
+                log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
+                rabbit_port = systems.enter_context(peers.rabbitmq_server(work / "rabbitmq"))
+                sends.append(("rabbitmq", peers.rabbit_producer, rabbit_port))
+            elif "rabbitmq" not in skip:
+                log("RabbitMQ could not be installed: its cases are left out")
+            for n in producers:
+                side_by_side([(f"{name} send x{n}", fn, t) for name, fn, t in sends], n, 1)
+            side_by_side(batches, 1, BATCH)
             count = stored_count(ns)
             consume("ours", count, ours_consume(ns, count))
+            if "redis" not in skip:
+                count = peers.redis_stored(redis_port)
+                consume("redis", count, peers.redis_consume(redis_port, count))
+            if rabbit:
+                count = peers.rabbit_stored(rabbit_port)
+                consume("rabbitmq", count, peers.rabbit_consume(rabbit_port, count))
             if args.messages > 0:
                 log(f"this broker: {args.messages:,} messages end to end")
                 case("ours end-to-end", end_to_end(ns, args.messages, args.size))
-        if "syncflush" not in skip:
-            log("this broker again with SYNC flush: single sends answered after fdatasync")
-            with our_cluster(work / "ours-sync", args.slaves, "sync") as ns:
-                sends("ours syncflush", ours_producer, ns, None)
-        if "redis" not in skip:
-            log("Redis Streams (appendonly, fsync every second)")
-            with peers.redis_server(work / "redis") as port:
-                sends("redis", peers.redis_producer, port, "redis pipeline64 x1")
-                count = peers.redis_stored(port)
-                consume("redis", count, peers.redis_consume(port, count))
-        if "rabbitmq" not in skip and peers.ensure_rabbitmq():
-            log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
-            with peers.rabbitmq_server(work / "rabbitmq") as port:
-                sends("rabbitmq", peers.rabbit_producer, port, None)
-                count = peers.rabbit_stored(port)
-                consume("rabbitmq", count, peers.rabbit_consume(port, count))
-        elif "rabbitmq" not in skip:
-            log("RabbitMQ could not be installed: its cases are left out")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     verdicts = report(figures, producers)

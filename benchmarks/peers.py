@@ -17,6 +17,7 @@ under load). Same footing for all three.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import socket
 import subprocess
@@ -25,6 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pika
+import redis
 
 GROUP, QUEUE, STREAM = "bench-group", "bench", "bench"
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -41,18 +45,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def timed(send: Callable[[], None], per_call: int, start_at: float, seconds: float) -> Any:
-    """(messages, end time, latencies) of calling `send` back to back for `seconds`."""
+# (producers ready, start time): made before the producers fork, inherited by each of them.
+_start_line: tuple[Any, Any] | None = None
+
+
+def new_start_line() -> None:
+    """Before forking a case's producers: they start the clock together once all are ready."""
+    global _start_line
+    ctx = mp.get_context("fork")
+    _start_line = (ctx.Value("i", 0), ctx.Value("d", 0.0))
+
+
+def wait_for_start(producers: int) -> float:
+    """In a producer, warmed up: the start time, once the last of `producers` is ready too
+    (a slow start of one, on a loaded machine, would otherwise eat into the timed run)."""
+    assert _start_line is not None, "new_start_line() before the producers fork"
+    ready, start = _start_line
+    with ready.get_lock():
+        ready.value += 1
+        if ready.value == producers:
+            start.value = time.time() + 0.1
+    while start.value == 0.0:
+        time.sleep(0.005)
+    time.sleep(max(0.0, start.value - time.time()))
+    return float(start.value)
+
+
+Timed = tuple[int, float, float, list[float]]  # messages, start, end, latencies
+
+
+def timed(send: Callable[[], None], per_call: int, producers: int, seconds: float) -> Timed:
+    """Calling `send` back to back for `seconds`, from the common start."""
     for _ in range(WARM_UP):
         send()
-    time.sleep(max(0.0, start_at - time.time()))
+    start = wait_for_start(producers)
     lat: list[float] = []
-    end = start_at + seconds
+    end = start + seconds
     while time.time() < end:
         t = time.perf_counter()
         send()
         lat.append(time.perf_counter() - t)
-    return len(lat) * per_call, time.time(), lat
+    return len(lat) * per_call, start, time.time(), lat
 
 
 # -- Redis Streams ----------------------------------------------------------------------------
@@ -66,8 +99,6 @@ def redis_server(work: Path) -> Iterator[int]:
         stdout=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        import redis
-
         for _ in range(100):
             with contextlib.suppress(redis.ConnectionError):
                 redis.Redis("127.0.0.1", port).ping()
@@ -81,12 +112,10 @@ def redis_server(work: Path) -> Iterator[int]:
         proc.wait(30)
 
 
-def redis_producer(port: int, batch: int, size: int, start_at: float, seconds: float) -> Any:
-    import redis
-
+def redis_producer(port: int, batch: int, size: int, producers: int, seconds: float) -> Timed:
     r, body = redis.Redis("127.0.0.1", port), b"x" * size
     if batch == 1:
-        return timed(lambda: r.xadd(STREAM, {"b": body}), 1, start_at, seconds)
+        return timed(lambda: r.xadd(STREAM, {"b": body}), 1, producers, seconds)
     pipe = r.pipeline(transaction=False)
 
     def send() -> None:
@@ -94,18 +123,14 @@ def redis_producer(port: int, batch: int, size: int, start_at: float, seconds: f
             pipe.xadd(STREAM, {"b": body})
         pipe.execute()
 
-    return timed(send, batch, start_at, seconds)
+    return timed(send, batch, producers, seconds)
 
 
 def redis_stored(port: int) -> int:
-    import redis
-
     return int(redis.Redis("127.0.0.1", port).xlen(STREAM))
 
 
 def redis_consume(port: int, count: int) -> float:
-    import redis
-
     r = redis.Redis("127.0.0.1", port)
     r.xgroup_create(STREAM, GROUP, id="0")
     got, t = 0, time.perf_counter()
@@ -152,8 +177,6 @@ def rabbitmq_server(work: Path) -> Iterator[int]:
         start_new_session=True,
     )  # fmt: skip
     try:
-        import pika
-
         for _ in range(600):
             with contextlib.suppress(Exception):
                 pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)).close()
@@ -173,22 +196,18 @@ def rabbitmq_server(work: Path) -> Iterator[int]:
         out.close()
 
 
-def rabbit_producer(port: int, batch: int, size: int, start_at: float, seconds: float) -> Any:
-    import pika
-
+def rabbit_producer(port: int, batch: int, size: int, producers: int, seconds: float) -> Timed:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     ch = conn.channel()
     ch.queue_declare(QUEUE, durable=True)
     ch.confirm_delivery()  # basic_publish now waits for the broker's confirm
     props, body = pika.BasicProperties(delivery_mode=2), b"x" * size
-    result = timed(lambda: ch.basic_publish("", QUEUE, body, props), 1, start_at, seconds)
+    result = timed(lambda: ch.basic_publish("", QUEUE, body, props), 1, producers, seconds)
     conn.close()
     return result
 
 
 def rabbit_stored(port: int) -> int:
-    import pika
-
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     count = int(conn.channel().queue_declare(QUEUE, durable=True).method.message_count)
     conn.close()
@@ -196,8 +215,6 @@ def rabbit_stored(port: int) -> int:
 
 
 def rabbit_consume(port: int, count: int) -> float:
-    import pika
-
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=256)

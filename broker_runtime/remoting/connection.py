@@ -43,13 +43,8 @@ class Connection(asyncio.Protocol):
     """A connection's protocol object; also its handle (request / oneway / send / close)."""
 
     def __init__(
-        self,
-        on_request: RequestHandler | None = None,
-        max_frame: int = DEFAULT_MAX_FRAME,
-        defer_writes: bool = False,
+        self, on_request: RequestHandler | None = None, max_frame: int = DEFAULT_MAX_FRAME
     ) -> None:
-        """`defer_writes`: frames sent during a turn of the event loop leave together at the
-        end of it (a server's answers: see `send`)."""
         self._on_request = on_request
         self._decoder = FrameDecoder(max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -59,8 +54,7 @@ class Connection(asyncio.Protocol):
         self._paused = False  # the hot path reads this, not the Event
         self._closed = asyncio.Event()
         self._is_closed = False
-        self._defer = defer_writes
-        self._out: list[bytes] | None = None  # frames waiting for the end of this loop turn
+        self._held: list[bytes] | None = None  # frames sent while a read is handled
         self._loop: asyncio.AbstractEventLoop | None = None
         self.peer = "?"
         self.peer_addr: tuple[str, int] | None = None
@@ -83,13 +77,19 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s: malformed frame: %s", self.peer, e)
             self.close(f"malformed frame: {e}")
             return
-        for cmd in commands:
-            if cmd.flag & FLAG_RESPONSE:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            elif self._on_request is not None:
-                self._on_request(cmd, self)
+        if len(commands) > 1:  # pipelined requests: the answers leave in one write
+            self._held = []
+        try:
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                elif self._on_request is not None:
+                    self._on_request(cmd, self)
+        finally:
+            if self._held is not None:
+                self._release()
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self.close_reason or (f"connection lost: {exc}" if exc else "closed by peer")
@@ -117,30 +117,20 @@ class Connection(asyncio.Protocol):
         return self._is_closed
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Queue a frame (a response, or a request whose answer nobody waits for).
-
-        With `defer_writes` the frame leaves when this turn of the loop is over. A server
-        under load then answers everything that arrived in one turn before its first write
-        wakes a client, which on a busy machine takes the CPU away from it: a write per
-        answer cost a broker serving 8 producers most of its throughput.
-        """
+        """Queue a frame (a response, or a request whose answer nobody waits for)."""
         transport = self._transport
         if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"{self.peer}: {self.close_reason or 'closed'}")
-        out = self._out
-        if out is not None:
-            out.append(encode(cmd))
-        elif self._defer and self._loop is not None:
-            self._out = [encode(cmd)]
-            self._loop.call_soon(self._flush)
+        if self._held is not None:
+            self._held.append(encode(cmd))
         else:
             transport.write(encode(cmd))
 
-    def _flush(self) -> None:
-        out, self._out = self._out, None
+    def _release(self) -> None:
+        held, self._held = self._held, None
         transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if held and transport is not None and not transport.is_closing():
+            transport.write(b"".join(held))
 
     async def drain(self) -> None:
         if self._paused:
@@ -174,8 +164,8 @@ class Connection(asyncio.Protocol):
 
     def close(self, reason: str = "closed locally") -> None:
         self.close_reason = self.close_reason or reason
-        if self._out:
-            self._flush()  # answers already given still go out; close() sends what it has
+        if self._held:
+            self._release()  # answers already given still go out
         if self._transport is not None:
             self._transport.close()
 

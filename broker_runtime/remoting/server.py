@@ -156,7 +156,7 @@ class _ServerConnection(Connection):
     """Tracks itself in the server's connection set (closing them all on shutdown)."""
 
     def __init__(self, server: RemotingServer, on_request: Callable[..., None], max_frame: int):
-        super().__init__(on_request, max_frame, defer_writes=True)
+        super().__init__(on_request, max_frame)
         self._server_ref = server
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

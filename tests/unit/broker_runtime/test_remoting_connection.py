@@ -69,7 +69,7 @@ def test_request_response_and_concurrency() -> None:
 
 
 def test_pipelined_frames_in_one_write_are_all_answered() -> None:
-    """Several requests in one TCP write (answered together at the end of the loop turn),
+    """Several requests in one TCP write (the answers ready at once leave in one write),
     one of them waiting on a slow processor; TCP_NODELAY on both ends."""
 
     async def t(server: RemotingServer, addr: str) -> None:
