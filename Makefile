@@ -32,8 +32,12 @@ system-deps:
 demo: $(STAMP)
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
 
+# Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
+# A test file runs on one worker, in order, so its module fixtures (clusters, workloads,
+# lakes) are built once. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -31,6 +31,23 @@ def small_config(tmp_path: Path) -> StoreConfig:
     )
 
 
+# The longest test files (minutes each) start first, so that under `make test`'s two workers
+# they overlap with the rest instead of running alone at the end.
+LONGEST_FIRST = (
+    "tests/integration/test_demo.py",
+    "tests/integration/test_audit_truth.py",
+    "tests/dags/test_dag_runs.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
+
+
 def mqaudit_cmd(*args: str) -> list[str]:
     """argv running the CLI with this interpreter (no reliance on PATH)."""
     return [PYTHON, "-m", "broker_runtime.cli.main", *args]

@@ -7,8 +7,10 @@ reads these variables.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import warnings
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,17 @@ AIRFLOW_WARNINGS = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def collect_airflow_leftovers() -> Iterator[None]:
+    """After each DAG test, collect the garbage Airflow's in-process runs leave in reference
+    cycles (unclosed files among it) while its ResourceWarnings are still ignored; otherwise
+    a later test's garbage collection would be blamed for them."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
