@@ -10,10 +10,10 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-import warnings
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
