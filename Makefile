@@ -34,10 +34,12 @@ demo: $(STAMP)
 
 # Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
 # A test file runs on one worker, in order, so its module fixtures (clusters, workloads,
-# lakes) are built once. TEST_WORKERS=0 runs everything in this process.
+# lakes) are built once; files start in collection order (tests/conftest.py puts the longest
+# first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
+# runs everything in this process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
