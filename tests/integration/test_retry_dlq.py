@@ -233,8 +233,9 @@ def test_delay_offsets_survive_a_restart(cluster: Cluster) -> None:
             await pull_one(c, master, "Resume", 0, 2)
             resp = await c.call(master, C.GET_ALL_DELAY_OFFSET)
             assert decode_json(resp.body, "delay")["offsetTable"]["1"] >= 3
-            # Due after the restart: level 4 is 3 s.
-            r = await c.send(master, "Resume", b"b", 0, {UNIQ_KEY: "B", DELAY: "4"})
+            # Due after the restart: level 6 is 12 s here (2 min at the tests' time scale), so
+            # that a loaded machine's slow sync and stop do not make it due before the stop.
+            r = await c.send(master, "Resume", b"b", 0, {UNIQ_KEY: "B", DELAY: "6"})
             assert r.code == R.SUCCESS
         finally:
             await c.close()
@@ -243,13 +244,13 @@ def test_delay_offsets_survive_a_restart(cluster: Cluster) -> None:
     slave_file = cluster.store_dir(SLAVE) / "config" / "delayOffset.json"
     wait_for(lambda: level_offset(slave_file, "1") >= 3)  # synced from the master
     cluster.stop(MASTER)
-    assert level_offset(offsets_file, "1") >= 3 and level_offset(offsets_file, "4") == 0
+    assert level_offset(offsets_file, "1") >= 3 and level_offset(offsets_file, "6") == 0
     cluster.start(MASTER)
 
     async def after() -> None:
         c = RawClient()
         try:
-            msg, _ = await pull_one(c, master, "Resume", 0, 3, timeout_s=20)
+            msg, _ = await pull_one(c, master, "Resume", 0, 3, timeout_s=30)
             assert msg.uniq_key == "B"
             await asyncio.sleep(0.5)  # nothing delivered twice after resuming
             _, msgs = await c.pull(master, "Resume", 0, 0)
@@ -260,7 +261,7 @@ def test_delay_offsets_survive_a_restart(cluster: Cluster) -> None:
             await c.close()
 
     run(after())
-    wait_for(lambda: level_offset(offsets_file, "4") == 1)
+    wait_for(lambda: level_offset(offsets_file, "6") == 1)
 
 
 def level_offset(path: Path, level: str) -> int:
