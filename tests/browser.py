@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from tests.db_servers import stop_process
+
 START_TIMEOUT_S = 60.0
 COMMAND_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -139,16 +141,6 @@ def _wait_for_port(proc: subprocess.Popen[bytes], profile: Path, log: Path) -> s
     raise TimeoutError(f"chromium wrote no DevToolsActivePort in {START_TIMEOUT_S} s")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextmanager
 def chromium(workdir: Path) -> Iterator[Browser]:
     """A headless Chromium with a fresh profile under `workdir`, stopped by PID at the end."""
@@ -177,7 +169,7 @@ def chromium(workdir: Path) -> Iterator[Browser]:
         with connect(url, max_size=64 * 2**20, open_timeout=START_TIMEOUT_S) as ws:
             yield Browser(Cdp(ws))
     finally:
-        _stop(proc)
+        stop_process(proc, STOP_TIMEOUT_S)
 
 
 class Browser:

@@ -42,12 +42,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (a clean shutdown for both servers), then SIGKILL; by the child's own PID."""
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM (a clean shutdown for the servers the tests start), then SIGKILL after
+    `timeout_s`; by the child's own PID."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(STOP_TIMEOUT_S)
+            proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -61,7 +62,7 @@ def _wait_until(ready: Any, proc: subprocess.Popen[bytes], log: Path, what: str)
         if ready():
             return
         time.sleep(0.05)
-    _stop(proc)
+    stop_process(proc)
     raise RuntimeError(f"{what} not ready in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
@@ -130,7 +131,7 @@ def postgres_server() -> Iterator[str]:
         yield url
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -193,7 +194,7 @@ def redis_server() -> Iterator[str]:
         yield url
     finally:
         if proc is not None:
-            _stop(proc)
+            stop_process(proc)
         shutil.rmtree(root, ignore_errors=True)
 
 
