@@ -131,7 +131,7 @@ def running_cluster(
         argv += ["--set", f"{key}={value}"]
     out = subprocess.run(mqaudit_cmd("cluster", *argv), capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
-        _kill_leftovers(data_dir)
+        kill_leftovers(data_dir)
         raise RuntimeError(f"cluster up failed ({out.returncode}):\n{out.stderr[-5000:]}")
     cluster = Cluster(data_dir)
     try:
@@ -140,10 +140,10 @@ def running_cluster(
         try:
             cluster.down()
         finally:
-            _kill_leftovers(data_dir)
+            kill_leftovers(data_dir)
 
 
-def _kill_leftovers(data_dir: Path) -> None:
+def kill_leftovers(data_dir: Path) -> None:
     """Whatever `down` could not stop is SIGKILLed by the PIDs cluster.json records."""
     with contextlib.suppress(FileNotFoundError, ValueError):
         for node in ClusterLayout.load(data_dir).nodes:

@@ -47,7 +47,7 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest, table_path
 from pipeline.spark_session import build_spark
 from tests.integration import truth_compare as C
-from tests.integration.cluster_fixtures import _kill_leftovers, running_cluster
+from tests.integration.cluster_fixtures import running_cluster
 from tests.integration.test_workload import run_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -91,11 +91,7 @@ def _workload(root: Path, seed: int) -> tuple[Path, dict[str, Any]]:
         slaves=False,
         settings={"store.delay_time_scale": "0.1"},
     ) as c:
-        try:
-            doc, _ = run_workload(c, "all", MESSAGES, seed)
-        finally:  # the clusters the workload started, should it have been cut short
-            for own in sorted((data_dir / "scenarios").glob("*")):
-                _kill_leftovers(own)
+        doc, _ = run_workload(c, "all", MESSAGES, seed)
     _say(f"seed {seed}: workload and its cluster done in {time.monotonic() - started:.0f} s")
     return data_dir, doc
 

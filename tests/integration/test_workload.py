@@ -24,7 +24,7 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.plan import SCENARIOS
 from broker_runtime.workload.truth import validate
 from tests.conftest import mqaudit_cmd
-from tests.integration.cluster_fixtures import Cluster, _kill_leftovers, running_cluster
+from tests.integration.cluster_fixtures import Cluster, kill_leftovers, running_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +43,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         slaves=False,
         settings={"store.delay_time_scale": "0.1"},
     ) as c:
-        try:
-            doc, summary = run_workload(c, "all", len(SCENARIOS) * 60, seed=3)
-            yield c.data_dir, doc, summary
-        finally:
-            for own in sorted((c.data_dir / "scenarios").glob("*")):
-                _kill_leftovers(own)
+        doc, summary = run_workload(c, "all", len(SCENARIOS) * 60, seed=3)
+        yield c.data_dir, doc, summary
 
 
 def run_workload(
@@ -57,7 +53,11 @@ def run_workload(
     truth = c.data_dir / f"truth-{seed}.json"
     argv = ["workload", "--data-dir", str(c.data_dir), "--messages", str(messages)]
     argv += ["--scenario", scenarios, "--truth", str(truth), "--seed", str(seed)]
-    out = subprocess.run(mqaudit_cmd(*argv), capture_output=True, text=True, timeout=280)
+    try:
+        out = subprocess.run(mqaudit_cmd(*argv), capture_output=True, text=True, timeout=280)
+    finally:  # the clusters the workload started, should it have been cut short
+        for own in sorted((c.data_dir / "scenarios").glob("*")):
+            kill_leftovers(own)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "[workload" in out.stderr  # progress
     summary = json.loads(out.stdout.strip().splitlines()[-1])
