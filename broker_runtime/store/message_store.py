@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,7 @@ class MessageStore:
         self.abort_file = self.root / "abort"
         self.checkpoint_file = self.root / "checkpoint"
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._queues_lock = threading.Lock()  # the dispatcher thread and pulls both open queues
         self._load_consume_queues()
         self.index = (
             IndexService(
@@ -115,11 +117,22 @@ class MessageStore:
                     self.consume_queue(topic_dir.name, int(qdir.name))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue's one ConsumeQueue, opened on first use (findConsumeQueue's putIfAbsent).
+
+        Two objects for one directory would each start the queue's files: a pull opening a
+        new queue while the dispatcher writes its first entry left the second object
+        overwriting that entry with a blank and starting the queue at offset 1.
+        """
         key = (topic, queue_id)
         cq = self._queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.cq_entries_per_file)
-            self._queues[key] = cq
+            with self._queues_lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(
+                        self.cq_root, topic, queue_id, self.config.cq_entries_per_file
+                    )
+                    self._queues[key] = cq
         return cq
 
     def queues(self) -> dict[tuple[str, int], ConsumeQueue]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import Message, StoredMessage, offset_msg_id
 from broker_runtime.common.topics import InvalidNameError
-from broker_runtime.store import inspect
+from broker_runtime.store import inspect, message_store
+from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.message_store import GetResult, MessageStore
 from tests.unit.broker_runtime.store_helpers import (
     BLANK_MAGIC,
@@ -23,6 +26,7 @@ from tests.unit.broker_runtime.store_helpers import (
     all_messages,
     body_of,
     log_files,
+    opened,
 )
 
 # -- rebuilds -----------------------------------------------------------------------------------
@@ -178,3 +182,40 @@ def test_message_by_id_at_a_blank_unit_is_none(small_config: StoreConfig, blank_
         assert store.commit_log.read(blank_at, 8) == struct.pack(">i", blank_len) + BLANK_MAGIC
         assert store.message_at(blank_at) is None
         assert store.message_by_id(offset_msg_id(small_config.store_host, blank_at)) is None
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+def test_a_queue_opened_by_a_pull_while_the_dispatcher_opens_it_is_one_queue(
+    small_config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker's pulls (event loop) and its dispatcher (own thread) both open ConsumeQueues.
+
+    Two objects for one new queue made the later one start the queue's files over the
+    earlier one's entry 0: the queue then began at offset 1 and its first message was never
+    delivered. Opening a queue is made slow here so that the two openings overlap.
+    """
+
+    class SlowToOpen(ConsumeQueue):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            time.sleep(0.05)  # between reading the queue's directory and being registered
+
+    monkeypatch.setattr(message_store, "ConsumeQueue", SlowToOpen)
+    with opened(small_config) as store:
+        opened_by_pull: list[ConsumeQueue] = []
+        store.put_message(Message("Race", body_of(0, 100), {"UNIQ_KEY": "R0"}, queue_id=0))
+        time.sleep(0.01)  # the dispatcher is opening the queue now
+        pull = threading.Thread(
+            target=lambda: opened_by_pull.append(store.consume_queue("Race", 0))
+        )
+        pull.start()
+        pull.join()
+        assert store.wait_dispatched()
+        store.put_message(Message("Race", body_of(1, 100), {"UNIQ_KEY": "R1"}, queue_id=0))
+        assert store.wait_dispatched()
+        assert opened_by_pull == [store.consume_queue("Race", 0)]
+        got = store.get_messages("Race", 0, 0, 10)
+        assert (got.min_offset, got.max_offset) == (0, 2)
+        assert [m.uniq_key for m in got.messages] == ["R0", "R1"]
