@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def collect_a_failed_tests_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that fails half way leaves what it opened (clients, their sockets) alive in its
+    traceback, which pytest keeps in `sys.last_traceback` until the next test's call begins;
+    then they are garbage, and the next test to collect garbage (Hypothesis does, as it
+    starts) fails for their ResourceWarnings. So as a failed test ends, its traceback is let
+    go here and its leftovers collected with those warnings ignored: the failure is reported
+    already. Passing tests get no such help: their leaks stay errors."""
+    yield
+    if request.node.stash.get(_FAILED, False):
+        for name in ("last_type", "last_value", "last_traceback"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
 
 
 def mqaudit_cmd(*args: str) -> list[str]:
