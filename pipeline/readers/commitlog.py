@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.segments import SegmentWalker, WalkResult
+from pipeline.readers.segments import SegmentWalker, WalkResult, nonzero_at
 
 DEFAULT_RANGE_BYTES = 64 << 20
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value; not in 3.11
@@ -45,7 +45,7 @@ class RangeTask:
     stop: int
     exact: bool  # `start` is a known unit boundary (no anchor search)
     last_segment: bool
-    data_end: int = -1  # the segment's data end when planned (last segment), else unknown
+    data_end: int = -1  # the segment's data end when planned (-1: the reader finds it)
 
     @property
     def range_id(self) -> str:
@@ -83,9 +83,10 @@ def _data_end(path: Path) -> int:
         end = _extent_end(fd, os.fstat(fd).st_size)
         while end > 0:
             lo = max(0, end - chunk)
-            nonzero = np.flatnonzero(np.frombuffer(os.pread(fd, end - lo, lo), dtype=np.uint8))
-            if len(nonzero):
-                return lo + int(nonzero[-1]) + 1
+            tail = np.frombuffer(os.pread(fd, end - lo, lo), dtype=np.uint8)
+            last = nonzero_at(tail, 0, len(tail), last=True)
+            if last is not None:
+                return lo + last + 1
             end = lo
         return 0
 
@@ -126,7 +127,8 @@ def plan_log(
         is_last = path == last
         seg_start = max(0, start - file_from)
         seg_stop = plan_end - file_from if is_last else size
-        seg_data_end = data_end - file_from if is_last else -1
+        # Known here once per file, it saves each range's reader a search of the file's end.
+        seg_data_end = data_end - file_from if is_last else _data_end(path)
         pos = seg_start
         while pos < seg_stop:
             stop = min(seg_stop, pos + range_bytes)

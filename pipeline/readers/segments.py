@@ -34,8 +34,30 @@ from pipeline.readers.unit_batch import Units, scan_units
 
 _PREFIX = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
-_ZERO_CHUNK = 1 << 20
+_ZERO_CHUNK = 1 << 20  # tested whole with any(): no index array
+_FINE_CHUNK = 4096  # the piece of a non-zero chunk whose non-zero indexes are listed
 U8 = npt.NDArray[np.uint8]
+
+
+def nonzero_at(arr: U8, lo: int, hi: int, last: bool) -> int | None:
+    """The first (or `last`) non-zero byte of arr[lo:hi], or None.
+
+    np.flatnonzero over a 1 MiB chunk of message data lists a million indexes: done once per
+    range for the data end, it was an eighth of the parse. Chunks are tested with max() (a
+    vectorised reduction; any() casts each byte to bool first), and only the 4 KiB piece
+    that holds the byte is listed.
+    """
+    chunks = range(lo, hi, _ZERO_CHUNK)
+    for c in reversed(chunks) if last else chunks:
+        c_hi = min(hi, c + _ZERO_CHUNK)
+        if not arr[c:c_hi].max(initial=0):
+            continue
+        pieces = range(c, c_hi, _FINE_CHUNK)
+        for p in reversed(pieces) if last else pieces:
+            nz = np.flatnonzero(arr[p : min(c_hi, p + _FINE_CHUNK)])
+            if len(nz):
+                return p + int(nz[-1] if last else nz[0])
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,15 +106,8 @@ class SegmentWalker:
     def data_end(self) -> int:
         """Position just past the last non-zero byte of the segment."""
         if self._data_end is None:
-            end = self.size
-            while end > 0:
-                lo = max(0, end - _ZERO_CHUNK)
-                nz = np.flatnonzero(self.arr[lo:end])
-                if len(nz):
-                    end = lo + int(nz[-1]) + 1
-                    break
-                end = lo
-            self._data_end = end
+            last = nonzero_at(self.arr, 0, self.size, last=True)
+            self._data_end = 0 if last is None else last + 1
         return self._data_end
 
     def unit_ok(self, pos: int) -> int:
@@ -134,13 +149,7 @@ class SegmentWalker:
     def first_nonzero(self, start: int) -> int | None:
         """The first non-zero byte at or after `start`: none past the data end, so the zeros
         of a segment's unwritten part (most of the last one) are never read."""
-        pos, end = start, self.data_end()
-        while pos < end:
-            nz = np.flatnonzero(self.arr[pos : min(end, pos + _ZERO_CHUNK)])
-            if len(nz):
-                return pos + int(nz[0])
-            pos += _ZERO_CHUNK
-        return None
+        return nonzero_at(self.arr, start, self.data_end(), last=False)
 
     # -- the walk -------------------------------------------------------------------------
 

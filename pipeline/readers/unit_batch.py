@@ -105,6 +105,12 @@ class Units:
         def text(kind: pa.DataType, offsets: str, data: str, count: int = n) -> pa.Array:
             return pa.Array.from_buffers(kind, count, [None, b[offsets], b[data]])
 
+        def same(value: bytes) -> pa.Array:  # one string n times, built as its buffers
+            offsets = np.arange(0, len(value) * (n + 1), len(value), dtype=np.int32)
+            return pa.Array.from_buffers(
+                pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(value * n)]
+            )
+
         ids = pa.py_buffer(np.arange(0, 32 * (n + 1), 32, dtype=np.int32))
         map_offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, b["map_off"]])
         entries = int(map_offsets[-1].as_py()) if n else 0
@@ -115,8 +121,10 @@ class Units:
             type=_MAP,
         )
         columns = [
-            pa.array([broker], pa.string()).take(np.zeros(n, dtype=np.int32)),
-            pa.array(np.full(n, broker_id, dtype=np.int32)),
+            same(broker.encode()),
+            pa.Array.from_buffers(
+                pa.int32(), n, [None, pa.py_buffer(np.full(n, broker_id, np.int32))]
+            ),
             fixed(pa.int64(), "phys"),
             pa.Array.from_buffers(pa.string(), n, [None, ids, b["msg_id"]]),
             fixed(pa.int32(), "total"),

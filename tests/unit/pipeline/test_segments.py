@@ -6,15 +6,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker_runtime.common.message import string_to_properties
 from broker_runtime.store import record_codec as codec
 from pipeline.readers import unit_batch
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
-from pipeline.readers.segments import WalkResult
+from pipeline.readers.segments import WalkResult, nonzero_at
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 
@@ -233,3 +234,24 @@ def test_a_run_stops_at_the_batch_limit_and_before_a_bad_unit(scan: Scan) -> Non
     rest = scan(damaged, 0, 0, len(damaged))
     assert (rest.n, rest.full, rest.end) == (3, False, first.end)
     assert [r["body"] for r in rest.to_batch("b", 0).to_pylist()] == [b"", b"\x01", b"\x02\x02"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, (3 << 20) - 1), max_size=4),
+    st.integers(0, 3 << 20),
+    st.integers(0, 3 << 20),
+)
+@example([4095, 4096], 0, 3 << 20)
+@example([(1 << 20) - 1, 1 << 20], 4096, (2 << 20) + 1)
+@example([(1 << 20) - 1], 1 << 20, 3 << 20)  # the only mark is before the range
+@example([], 0, 3 << 20)
+def test_nonzero_at_finds_the_first_and_last_non_zero_byte(
+    marks: list[int], lo: int, hi: int
+) -> None:
+    """Across the 4 KiB pieces and 1 MiB chunks it tests separately, as np.flatnonzero."""
+    arr = np.zeros(3 << 20, dtype=np.uint8)
+    arr[marks] = 7
+    nz = np.flatnonzero(arr[lo:hi])
+    assert nonzero_at(arr, lo, hi, last=False) == (lo + int(nz[0]) if len(nz) else None)
+    assert nonzero_at(arr, lo, hi, last=True) == (lo + int(nz[-1]) if len(nz) else None)
