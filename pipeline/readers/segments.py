@@ -34,7 +34,7 @@ from pipeline.readers.unit_batch import Units, scan_units
 
 _PREFIX = struct.Struct(">ii")
 _MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
-_ZERO_CHUNK = 1 << 20  # tested whole with any(): no index array
+_ZERO_CHUNK = 1 << 20  # tested whole with max(): no index array
 _FINE_CHUNK = 4096  # the piece of a non-zero chunk whose non-zero indexes are listed
 U8 = npt.NDArray[np.uint8]
 
@@ -42,10 +42,9 @@ U8 = npt.NDArray[np.uint8]
 def nonzero_at(arr: U8, lo: int, hi: int, last: bool) -> int | None:
     """The first (or `last`) non-zero byte of arr[lo:hi], or None.
 
-    np.flatnonzero over a 1 MiB chunk of message data lists a million indexes: done once per
-    range for the data end, it was an eighth of the parse. Chunks are tested with max() (a
-    vectorised reduction; any() casts each byte to bool first), and only the 4 KiB piece
-    that holds the byte is listed.
+    Chunks are tested with max() (a vectorised reduction; any() casts each byte to bool
+    first), and only the 4 KiB piece that holds the byte is listed: np.flatnonzero over a
+    1 MiB chunk of message data lists a million indexes.
     """
     chunks = range(lo, hi, _ZERO_CHUNK)
     for c in reversed(chunks) if last else chunks:
