@@ -77,9 +77,14 @@ def collect_a_failed_tests_leftovers(request: pytest.FixtureRequest) -> Iterator
         for name in ("last_type", "last_value", "last_traceback"):
             if hasattr(sys, name):
                 delattr(sys, name)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
+        collect_garbage_quietly()
+
+
+def collect_garbage_quietly() -> None:
+    """Collect garbage with ResourceWarnings ignored: leftovers whose test already ended."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def mqaudit_cmd(*args: str) -> list[str]:

@@ -7,20 +7,18 @@ reads these variables.
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, collect_garbage_quietly
 
 DAGS = REPO / "dags"
 HOME = Path(tempfile.gettempdir()) / f"mqaudit-airflow-tests-{os.getpid()}"
@@ -47,9 +45,7 @@ def collect_airflow_leftovers() -> Iterator[None]:
     cycles (unclosed files among it) while its ResourceWarnings are still ignored; otherwise
     a later test's garbage collection would be blamed for them."""
     yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+    collect_garbage_quietly()
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 from sqlalchemy import create_engine, text
 
 from broker_runtime.ledger.engine import normalize_url
 from broker_runtime.workload.truth import validate
+from pipeline import schemas as S
+from pipeline.delta_files import read_arrow
 from tests.conftest import mqaudit_cmd
 from tests.integration.cluster_fixtures import running_cluster
 
@@ -62,12 +61,8 @@ def test_ledgers_in_postgresql_match_the_truth_and_are_ingested(
     run = subprocess.run(mqaudit_cmd(*argv), env=cli_env, capture_output=True, text=True,
                          timeout=280)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    stubs_in_lake = read_lake_table(lake / "message_stub")
+    stubs_in_lake = read_arrow(str(lake / "message_stub"), S.MESSAGE_STUB)
     assert sorted(stubs_in_lake.column("status").to_pylist()) == ["CONFIRMED"] * 30
     assert sorted(stubs_in_lake.column("msg_id").to_pylist()) == sorted(m for m, _ in rows)
-    assert sorted(read_lake_table(lake / "message_log").column("id").to_pylist()) == log_ids
-
-
-def read_lake_table(path: Path) -> Any:
-    """A Delta table's rows, read from the files it lists (delta-rs#2184: no to_pyarrow)."""
-    return pq.read_table(DeltaTable(str(path)).file_uris())
+    log_in_lake = read_arrow(str(lake / "message_log"), S.MESSAGE_LOG)
+    assert sorted(log_in_lake.column("id").to_pylist()) == log_ids
