@@ -130,6 +130,34 @@ def test_timeout_and_oneway() -> None:
     run_with_server(t)
 
 
+def test_each_request_times_out_at_its_own_deadline_among_answered_ones() -> None:
+    """One sweep timer serves every request of a connection: a short timeout sent after a
+    long one still fires on time, answered requests in between change nothing, and each
+    late request fails alone (the connection keeps serving)."""
+
+    async def t(server: RemotingServer, addr: str) -> None:
+        client = RemotingClient()
+        loop = asyncio.get_running_loop()
+        long_call = asyncio.ensure_future(client.invoke(addr, request(SLOW, {"sleep": 1.5}), 1.0))
+        await asyncio.sleep(0.05)
+        for i in range(100):  # answered, each leaves a deadline 5 s out behind
+            assert (await client.invoke(addr, request(ECHO, {"i": i}), 5)).code == 0
+        start = loop.time()
+        with pytest.raises(RemotingTimeoutError, match=r"within 0\.2 s"):
+            await client.invoke(addr, request(SLOW, {"sleep": 1.0}), timeout=0.2)
+        short_waited = loop.time() - start
+        assert not long_call.done()
+        with pytest.raises(RemotingTimeoutError, match=r"within 1 s"):
+            await long_call
+        long_waited = loop.time() - start
+        assert 0.2 <= short_waited < 0.6, short_waited
+        assert long_waited < 1.4, long_waited  # its deadline, not the sleep's 1.5 s
+        assert (await client.invoke(addr, request(ECHO), 5)).code == ResponseCode.SUCCESS
+        await client.close()
+
+    run_with_server(t)
+
+
 def test_malformed_frame_closes_that_connection_only() -> None:
     async def t(server: RemotingServer, addr: str) -> None:
         host, port = split_addr(addr)
