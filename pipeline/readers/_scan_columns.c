@@ -143,6 +143,14 @@ int scan_append_host(Columns *c, int off, int data, Py_ssize_t row, const unsign
 }
 
 
+/* Whether a[0:n] == b[0:n], inline for the short names properties have. */
+static inline int same(const unsigned char *a, const unsigned char *b, Py_ssize_t n) {
+    if (n > 16) return memcmp(a, b, (size_t)n) == 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 static int entry_cmp(const void *a, const void *b) {
     const Entry *x = *(Entry *const *)a, *y = *(Entry *const *)b;
     Py_ssize_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
@@ -158,7 +166,7 @@ static int dedup(Entry *e, Py_ssize_t k, Entry ***scratch, Py_ssize_t *scratch_c
         for (Py_ssize_t j = 1; j < k; j++)
             for (Py_ssize_t i = 0; i < j; i++)
                 if (!e[i].dropped && e[i].key_len == e[j].key_len &&
-                    memcmp(e[i].key, e[j].key, (size_t)e[j].key_len) == 0) {
+                    same(e[i].key, e[j].key, e[j].key_len)) {
                     e[i].value = e[j].value, e[i].value_len = e[j].value_len;
                     e[j].dropped = 1;
                     break;
@@ -184,57 +192,98 @@ static int dedup(Entry *e, Py_ssize_t k, Entry ***scratch, Py_ssize_t *scratch_c
     return 0;
 }
 
+/* The first byte below 0x03 (a separator, or a NUL) in [p, end), or end. Eight bytes at a
+ * time: the lowest byte the test flags is always a true one (a borrow only runs upwards). */
+static inline const unsigned char *next_low(const unsigned char *p, const unsigned char *end) {
+    for (; end - p >= 8; p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t t = (w - 0x0303030303030303ull) & ~w & 0x8080808080808080ull;
+        if (t) return p + (__builtin_ctzll(t) >> 3);
+    }
+    while (p < end && *p > 2) p++;
+    return p;
+}
 
-/* Parse `k\x01v\x02...` of one unit into the map columns. */
+static int add_entry(Props *pr, Py_ssize_t k, const unsigned char *item,
+                     const unsigned char *sep, const unsigned char *item_end) {
+    if (k >= pr->cap) {
+        Py_ssize_t cap = pr->cap ? pr->cap * 2 : 16;
+        Entry *grown = PyMem_Realloc(pr->entries, sizeof(Entry) * (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        pr->entries = grown, pr->cap = cap;
+    }
+    Entry *e = &pr->entries[k];
+    e->key = item, e->key_len = sep - item, e->value = sep + 1;
+    e->value_len = item_end - sep - 1, e->dropped = 0;
+    return 0;
+}
+
+/* Parse `k\x01v\x02...` of one unit into the map columns: items end at \x02 (or the end),
+ * an item's name ends at its first \x01, an item without one is skipped. One pass finds
+ * the separators; the unit's names and values then go out with one room check each. */
 int scan_append_props(Columns *c, Py_ssize_t row, const unsigned char *s, Py_ssize_t n, Props *pr) {
     Py_ssize_t k = 0;
-    const unsigned char *end = s + n;
-    while (s < end) {
-        const unsigned char *item_end = memchr(s, '\x02', (size_t)(end - s));
-        if (item_end == NULL) item_end = end;
-        const unsigned char *sep = memchr(s, '\x01', (size_t)(item_end - s));
-        if (sep != NULL) {
-            if (k >= pr->cap) {
-                Py_ssize_t cap = pr->cap ? pr->cap * 2 : 16;
-                Entry *grown = PyMem_Realloc(pr->entries, sizeof(Entry) * (size_t)cap);
-                if (grown == NULL) {
-                    PyErr_NoMemory();
-                    return -1;
-                }
-                pr->entries = grown, pr->cap = cap;
-            }
-            Entry *e = &pr->entries[k++];
-            e->key = s, e->key_len = sep - s, e->value = sep + 1, e->value_len = item_end - sep - 1;
-            e->dropped = 0;
+    const unsigned char *end = s + n, *p = s, *item = s, *sep = NULL;
+    for (;; p++) {
+        p = next_low(p, end);
+        if (p == end || *p == 2) {
+            if (sep != NULL && add_entry(pr, k++, item, sep, p) < 0) return -1;
+            if (p == end) break;
+            item = p + 1, sep = NULL;
+        } else if (*p == 1 && sep == NULL) {
+            sep = p;
         }
-        s = item_end + 1;
     }
     if (k > 1 && dedup(pr->entries, k, &pr->scratch, &pr->scratch_cap) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    const Entry *hit[MAX_PICKED];
-    for (int j = 0; j < pr->picked; j++) hit[j] = NULL;
+    Py_ssize_t live = 0, key_bytes = 0, value_bytes = 0;
     for (Py_ssize_t i = 0; i < k; i++) {
-        Entry *e = &pr->entries[i];
+        const Entry *e = &pr->entries[i];
         if (e->dropped) continue;
-        for (int j = 0; j < pr->picked; j++)
-            if (e->key_len == pr->name_len[j] && e->key_len > 0 && e->key[0] == pr->name[j][0] &&
-                memcmp(e->key, pr->name[j], (size_t)e->key_len) == 0)
-                hit[j] = e;
-        if (pr->count + 2 > INT32_MAX / 4) {
-            PyErr_SetString(PyExc_OverflowError, "too many properties in one batch");
-            return -1;
-        }
-        if (scan_reserve(c, C_KEY_OFF, 4) < 0 || scan_reserve(c, C_VALUE_OFF, 4) < 0) return -1;
-        pr->count++;
-        c->len[C_KEY_OFF] += 4, c->len[C_VALUE_OFF] += 4;
-        if (append_text(c, C_KEY_OFF, C_KEY, pr->count - 1, e->key, e->key_len) < 0 ||
-            append_text(c, C_VALUE_OFF, C_VALUE, pr->count - 1, e->value, e->value_len) < 0)
-            return -1;
+        live++, key_bytes += e->key_len, value_bytes += e->value_len;
     }
-    put_i32(c, C_MAP_OFF, row + 1, (int32_t)pr->count);
-    for (int j = 0; j < pr->picked; j++) {
+    if (pr->count + live + 1 > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_OverflowError, "too many properties in one batch");
+        return -1;
+    }
+    if (c->len[C_KEY] + key_bytes > INT32_MAX || c->len[C_VALUE] + value_bytes > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a text column passed 2 GiB");
+        return -1;
+    }
+    if (scan_reserve(c, C_KEY_OFF, 4 * live) < 0 || scan_reserve(c, C_VALUE_OFF, 4 * live) < 0 ||
+        scan_reserve(c, C_KEY, key_bytes) < 0 || scan_reserve(c, C_VALUE, value_bytes) < 0)
+        return -1;
+    char *key_off = col(c, C_KEY_OFF), *value_off = col(c, C_VALUE_OFF);
+    char *keys = col(c, C_KEY), *values = col(c, C_VALUE);
+    Py_ssize_t key_len = c->len[C_KEY], value_len = c->len[C_VALUE], count = pr->count;
+    const int picked = pr->picked;
+    const Entry *hit[MAX_PICKED];
+    for (int j = 0; j < picked; j++) hit[j] = NULL;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        const Entry *e = &pr->entries[i];
+        if (e->dropped) continue;
+        for (int j = 0; j < picked; j++)
+            if (e->key_len == pr->name_len[j] && e->key_len > 0 && e->key[0] == pr->name[j][0] &&
+                same(e->key, (const unsigned char *)pr->name[j], e->key_len))
+                hit[j] = e;
+        copy_short(keys + key_len, e->key, e->key_len);
+        copy_short(values + value_len, e->value, e->value_len);
+        key_len += e->key_len, value_len += e->value_len, count++;
+        int32_t kend = (int32_t)key_len, vend = (int32_t)value_len;
+        memcpy(key_off + 4 * count, &kend, 4);
+        memcpy(value_off + 4 * count, &vend, 4);
+    }
+    c->len[C_KEY] = key_len, c->len[C_VALUE] = value_len;
+    c->len[C_KEY_OFF] += 4 * live, c->len[C_VALUE_OFF] += 4 * live;
+    pr->count = count;
+    put_i32(c, C_MAP_OFF, row + 1, (int32_t)count);
+    for (int j = 0; j < picked; j++) {
         int at = N_COLUMNS + 3 * j;
         if (hit[j] != NULL) col(c, at)[row / 8] |= (char)(1 << (row % 8));
         if (append_text(c, at + 1, at + 2, row, hit[j] ? hit[j]->value : NULL,
