@@ -19,7 +19,7 @@ from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
 from broker_runtime.broker.schedule import ScheduleService
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
-from broker_runtime.broker.topic_config import TopicConfig, TopicConfigManager
+from broker_runtime.broker.topic_config import MAX_QUEUES, TopicConfig, TopicConfigManager
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
 from broker_runtime.common.delay import to_schedule
@@ -27,6 +27,7 @@ from broker_runtime.common.message import Message
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
+from broker_runtime.remoting.bodies import PERM_READ
 from broker_runtime.remoting.client import RemotingClient
 from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.protocol import ResponseCode
@@ -243,6 +244,21 @@ class BrokerController:
             log.info("topic %s auto-created with %d queues", topic, n)
             self.register_soon()
         return cfg
+
+    def topic_for_read(self, topic: str, queue_id: int) -> TopicConfig | None:
+        """The topic's config for a pull. A slave copies its master's topic table every
+        slave_sync_interval_ms, and not at all while the master is down: a topic created since
+        its last copy is then still readable from the queues its replicated log built (with
+        `queue_id` among them: an empty queue has no files yet), so consumers read what the
+        slave holds instead of TOPIC_NOT_EXIST."""
+        cfg = self.topics.get(topic)
+        if cfg is not None or self.is_master or self.store is None:
+            return cfg
+        held = [q for t, q in self.store.queues() if t == topic]
+        if not held:
+            return None
+        n = min(max(*held, queue_id) + 1, MAX_QUEUES)
+        return TopicConfig(topic, n, n, PERM_READ)
 
     # -- calls out --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup
 from broker_runtime.remoting.bodies import PERM_READ, PERM_WRITE
 
 PERM_RW = PERM_READ | PERM_WRITE
+MAX_QUEUES = 1024  # read or write queues of one topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +31,10 @@ class TopicConfig:
     def __post_init__(self) -> None:
         validate_topic(self.topic_name)
         for n in (self.read_queue_nums, self.write_queue_nums):
-            if not 0 < n <= 1024:
-                raise ValueError(f"topic {self.topic_name}: queue count {n} outside 1..1024")
+            if not 0 < n <= MAX_QUEUES:
+                raise ValueError(
+                    f"topic {self.topic_name}: queue count {n} outside 1..{MAX_QUEUES}"
+                )
         if self.perm & ~(PERM_RW | 1) or self.perm < 0:
             raise ValueError(f"topic {self.topic_name}: perm {self.perm} is not 0..7")
 

@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Self
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
@@ -155,6 +156,15 @@ class ConsumerBase:
         self.instance.every(self.config.persist_offset_interval_s, self.persist_offsets)
         self._loop_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
         self._wakeup.set()
+
+    async def __aenter__(self) -> Self:
+        """`async with consumer:` starts it (subscribe first) and shuts it down on the way out,
+        however the block ends."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
 
     async def shutdown(self, grace_s: float = 0.0) -> None:
         """Stop pulling, persist offsets, leave the group (the others rebalance at once).

@@ -26,6 +26,7 @@ from broker_runtime.client.model import (
 )
 from broker_runtime.client.producer import Producer
 from broker_runtime.client.push_consumer import PushConsumer
+from broker_runtime.client.rebalance import MessageQueue
 from tests.integration.cluster_fixtures import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -73,7 +74,7 @@ def collector(into: list[ReceivedMessage]) -> Callable[..., Awaitable[ConsumeSta
     return listener
 
 
-def owned(consumer: PushConsumer | LitePullConsumer, topic: str) -> set[object]:
+def owned(consumer: PushConsumer | LitePullConsumer, topic: str) -> set[MessageQueue]:
     return {mq for mq in consumer.pq_table if mq.topic == topic}
 
 
@@ -93,19 +94,17 @@ def test_two_consumers_of_a_group_consume_everything_exactly_once(cluster: Clust
         c2 = PushConsumer(config(ns), group, collector(got2), consume_from=FIRST)
         for c in (c1, c2):
             c.subscribe(topic)
-            await c.start()
-        # The group settles: each member owns half of the 8 queues, none twice.
-        await until(
-            lambda: len(owned(c1, topic)) == len(owned(c2, topic)) == 4,
-            30,
-            "a balanced assignment",
-        )
-        assert not owned(c1, topic) & owned(c2, topic)
-        sent = await produce(ns, topic, 400)
-        await until(lambda: len(got1) + len(got2) >= 400, 60, "400 deliveries")
-        await asyncio.sleep(1.0)  # room for a duplicate to show up
-        for c in (c1, c2):
-            await c.shutdown()
+        async with c1, c2:
+            # The group settles: each member owns half of the 8 queues, none twice.
+            await until(
+                lambda: len(owned(c1, topic)) == len(owned(c2, topic)) == 4,
+                30,
+                "a balanced assignment",
+            )
+            assert not owned(c1, topic) & owned(c2, topic)
+            sent = await produce(ns, topic, 400)
+            await until(lambda: len(got1) + len(got2) >= 400, 60, "400 deliveries")
+            await asyncio.sleep(1.0)  # room for a duplicate to show up
         ids = [m.msg_id for m in got1 + got2]
         assert sorted(ids) == sorted(sent)  # nothing lost, nothing twice
         assert got1 and got2
@@ -136,13 +135,11 @@ def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster, tmp_p
         }
         for c in consumers.values():
             c.subscribe(topic)
-            await c.start()
-        await until(lambda: all(len(owned(c, topic)) == 8 for c in consumers.values()), 30, "8")
-        sent = await produce(ns, topic, 120)
-        await until(lambda: all(len(v) >= 120 for v in got.values()), 60, "120 each")
-        await asyncio.sleep(0.5)
-        for c in consumers.values():
-            await c.shutdown()
+        async with consumers["x"], consumers["y"]:
+            await until(lambda: all(len(owned(c, topic)) == 8 for c in consumers.values()), 30, "8")
+            sent = await produce(ns, topic, 120)
+            await until(lambda: all(len(v) >= 120 for v in got.values()), 60, "120 each")
+            await asyncio.sleep(0.5)
         for v in got.values():
             assert sorted(m.msg_id for m in v) == sorted(sent)
         # The offsets live in a local file per consumer: a restart goes on from there.
@@ -158,12 +155,11 @@ def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster, tmp_p
             offsets_dir=tmp_path,
         )
         x.subscribe(topic)
-        await x.start()
-        await until(lambda: len(owned(x, topic)) == 8, 30, "restart assignment")
-        more = await produce(ns, topic, 10)
-        await until(lambda: len(again) >= 10, 30, "10 new messages")
-        await asyncio.sleep(0.5)
-        await x.shutdown()
+        async with x:
+            await until(lambda: len(owned(x, topic)) == 8, 30, "restart assignment")
+            more = await produce(ns, topic, 10)
+            await until(lambda: len(again) >= 10, 30, "10 new messages")
+            await asyncio.sleep(0.5)
         assert sorted(m.msg_id for m in again) == sorted(more)
 
     asyncio.run(t())
@@ -181,12 +177,10 @@ def test_tag_expression_selects_messages(cluster: Cluster) -> None:
         got: list[ReceivedMessage] = []
         c = PushConsumer(config(ns), "g-tags", collector(got), consume_from=FIRST)
         c.subscribe(topic, "TAGA || TAGB")
-        await c.start()
-        await until(lambda: len(got) >= 30, 30, "30 tagged messages")
-        # The group's offsets move past the filtered messages too.
-        async with MQAdmin(ns) as admin:
+        async with c, MQAdmin(ns) as admin:
+            await until(lambda: len(got) >= 30, 30, "30 tagged messages")
 
-            async def lag() -> int:
+            async def lag() -> int:  # the group's offsets move past the filtered messages too
                 rows = await admin.consumer_progress("g-tags", topic)
                 return sum(r["diff"] for r in rows)
 
@@ -195,7 +189,6 @@ def test_tag_expression_selects_messages(cluster: Cluster) -> None:
                     break
                 await asyncio.sleep(0.1)
             assert await lag() == 0
-        await c.shutdown()
         assert sorted(m.msg_id for m in got) == sorted(wanted)
         assert Counter(m.tags for m in got) == {"TAGA": 15, "TAGB": 15}
 
@@ -216,15 +209,15 @@ def test_ordered_send_keeps_a_key_in_one_queue_in_order(cluster: Cluster) -> Non
             }
         queues = {key: {r.mq for r in rs} for key, rs in results.items()}
         assert all(len(q) == 1 for q in queues.values())
-        lite = LitePullConsumer(config(ns), "g-ordered", consume_from=FIRST, auto_commit=False)
-        await lite.start()
-        await lite.assign({mq for q in queues.values() for mq in q})
         got: list[ReceivedMessage] = []
-        while len(got) < 120:
-            batch = await lite.poll(10)
-            assert batch, "poll timed out"
-            got += batch
-        await lite.shutdown()
+        async with LitePullConsumer(
+            config(ns), "g-ordered", consume_from=FIRST, auto_commit=False
+        ) as lite:
+            await lite.assign({mq for q in queues.values() for mq in q})
+            while len(got) < 120:
+                batch = await lite.poll(10)
+                assert batch, "poll timed out"
+                got += batch
         for key in results:
             bodies = [m.body.decode() for m in got if m.body.startswith(key.encode())]
             assert bodies == [f"{key}:{i}" for i in range(40)]
@@ -239,25 +232,24 @@ def test_lite_pull_commit_seek_and_committed(cluster: Cluster) -> None:
         sent = await produce(ns, topic, 80)
         lite = LitePullConsumer(config(ns), group, consume_from=FIRST, auto_commit=False)
         lite.subscribe(topic)
-        await lite.start()
-        got: list[ReceivedMessage] = []
-        while len(got) < 80:
-            got += await lite.poll(10)
-        assert sorted(m.msg_id for m in got) == sorted(sent)
-        await lite.commit()
-        mqs = sorted(owned(lite, topic))  # type: ignore[type-var]
-        committed = {mq: await lite.committed(mq) for mq in mqs}
-        maxima = {mq: await lite.max_offset(mq) for mq in mqs}
-        assert committed == maxima
-        # Seek back on one queue: its messages come again.
-        mq = next(q for q in mqs if maxima[q] > 0)
-        await lite.seek(mq, 0)
-        again: list[ReceivedMessage] = []
-        while len(again) < maxima[mq]:
-            again += await lite.poll(10)
-        assert {m.mq for m in again} == {mq}
-        assert [m.queue_offset for m in again] == list(range(maxima[mq]))
-        await lite.shutdown()  # no auto commit: the seek is not stored
+        async with lite:  # no auto commit: the seek below is not stored
+            got: list[ReceivedMessage] = []
+            while len(got) < 80:
+                got += await lite.poll(10)
+            assert sorted(m.msg_id for m in got) == sorted(sent)
+            await lite.commit()
+            mqs = sorted(owned(lite, topic))
+            committed = {mq: await lite.committed(mq) for mq in mqs}
+            maxima = {mq: await lite.max_offset(mq) for mq in mqs}
+            assert committed == maxima
+            # Seek back on one queue: its messages come again.
+            mq = next(q for q in mqs if maxima[q] > 0)
+            await lite.seek(mq, 0)
+            again: list[ReceivedMessage] = []
+            while len(again) < maxima[mq]:
+                again += await lite.poll(10)
+            assert {m.mq for m in again} == {mq}
+            assert [m.queue_offset for m in again] == list(range(maxima[mq]))
         async with MQAdmin(ns) as admin:
             rows = await admin.consumer_progress(group, topic)
         assert all(r["diff"] == 0 for r in rows)

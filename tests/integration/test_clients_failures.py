@@ -106,10 +106,9 @@ def test_killed_consumer_is_redelivered_from_its_lowest_unacked_offset(
             got: list[ReceivedMessage] = []
             c = PushConsumer(config(ns), group, collector(got), consume_from=FIRST)
             c.subscribe(topic)
-            await c.start()
-            await until(lambda: len(got) >= 40, 60, "redelivery of offsets 10..49")
-            await asyncio.sleep(0.5)
-            await c.shutdown()
+            async with c:
+                await until(lambda: len(got) >= 40, 60, "redelivery of offsets 10..49")
+                await asyncio.sleep(0.5)
             return got
 
         again = asyncio.run(second_run())
@@ -130,20 +129,18 @@ def test_consumers_read_from_the_slave_when_the_master_is_down(tmp_path: Path) -
             got: list[ReceivedMessage] = []
             before = PushConsumer(config(ns), "g-slave-1", collector(got), consume_from=FIRST)
             before.subscribe(topic)
-            await before.start()
-            await until(lambda: len(got) >= 1, 30, "the first messages")
-            cluster.kill("broker-a-master")
-            await until(lambda: len({m.msg_id for m in got}) >= 200, 60, "all 200 after kill")
-            await before.shutdown()
+            async with before:
+                await until(lambda: len(got) >= 1, 30, "the first messages")
+                cluster.kill("broker-a-master")
+                await until(lambda: len({m.msg_id for m in got}) >= 200, 60, "all 200 after kill")
             assert {m.msg_id for m in got} == set(sent)
             # A group that starts now can only be served by the slave.
             fresh: list[ReceivedMessage] = []
             after = PushConsumer(config(ns), "g-slave-2", collector(fresh), consume_from=FIRST)
             after.subscribe(topic)
-            await after.start()
-            await until(lambda: len(fresh) >= 200, 60, "200 messages from the slave")
-            await asyncio.sleep(0.5)
-            await after.shutdown()
+            async with after:
+                await until(lambda: len(fresh) >= 200, 60, "200 messages from the slave")
+                await asyncio.sleep(0.5)
             assert sorted(m.msg_id for m in fresh) == sorted(sent)
             alive = {n["name"]: n["alive"] for n in cluster.status()["nodes"]}
             assert alive["broker-a-master"] is False and alive["broker-a-slave"] is True

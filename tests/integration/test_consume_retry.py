@@ -118,10 +118,9 @@ def test_retry_then_success_with_the_topic_restored_and_ledgers_written(
         )
         hooks = ConsumerLedgerHooks(ConsumerLedger.open(tmp_path), group, c.client_id).attach(c)
         c.subscribe(topic)
-        await c.start()
-        await until(lambda: len(seen) >= 20, 30, "20 deliveries")
-        await asyncio.sleep(0.5)
-        await c.shutdown()
+        async with c:
+            await until(lambda: len(seen) >= 20, 30, "20 deliveries")
+            await asyncio.sleep(0.5)
         hooks.close()
         assert c.retry.sent_back == 10 and c.retry.sent_direct == 0
         by_id: dict[str, list[tuple[str, str, int]]] = {}
@@ -164,23 +163,22 @@ def test_past_max_reconsume_times_the_message_is_dead_lettered(cluster: Cluster)
             consume_from=FIRST, max_reconsume_times=2,
         )  # fmt: skip
         c.subscribe(topic)
-        await c.start()
-        await until(lambda: len(seen) >= 9, 30, "3 deliveries of each message")
-        async with MQAdmin(ns) as admin:
-            for r in sent:
-                copies: list[ReceivedMessage] = []
-                for _ in range(100):
-                    try:
-                        copies = await admin.query_by_key(dlq_topic(group), r.msg_id)
-                    except Exception:
-                        copies = []
-                    if copies:
-                        break
-                    await asyncio.sleep(0.1)
-                assert [m.reconsume_times for m in copies] == [3]
-                assert copies[0].properties[RETRY_TOPIC] == topic
-        await asyncio.sleep(0.5)  # nothing more comes back
-        await c.shutdown()
+        async with c:
+            await until(lambda: len(seen) >= 9, 30, "3 deliveries of each message")
+            async with MQAdmin(ns) as admin:
+                for r in sent:
+                    copies: list[ReceivedMessage] = []
+                    for _ in range(100):
+                        try:
+                            copies = await admin.query_by_key(dlq_topic(group), r.msg_id)
+                        except Exception:
+                            copies = []
+                        if copies:
+                            break
+                        await asyncio.sleep(0.1)
+                    assert [m.reconsume_times for m in copies] == [3]
+                    assert copies[0].properties[RETRY_TOPIC] == topic
+            await asyncio.sleep(0.5)  # nothing more comes back
         assert sorted(times for *_, times in seen) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
     asyncio.run(t())
@@ -218,9 +216,8 @@ def test_a_failed_send_back_falls_back_to_sending_to_the_retry_topic(cluster: Cl
         seen: Seen = []
         c = consumer_with(ns, group, seen, direct_too=False)
         c.subscribe(topic)
-        await c.start()
-        await until(lambda: len(seen) >= 8, 30, "8 deliveries")
-        await c.shutdown()
+        async with c:
+            await until(lambda: len(seen) >= 8, 30, "8 deliveries")
         assert c.retry.sent_direct == 4 and c.retry.sent_back == 0
         again = sorted((mid, pulled, times) for mid, _, pulled, _, times in seen if times)
         assert again == sorted((r.msg_id, retry_topic(group), 1) for r in sent)
@@ -239,12 +236,11 @@ def test_when_nothing_takes_it_back_the_message_is_consumed_again_locally(
         seen: Seen = []
         c = consumer_with(ns, group, seen, direct_too=True)
         c.subscribe(topic)
-        await c.start()
-        assert c.service is not None
-        c.service.retry_delay_s = 0.2
-        await until(lambda: len(seen) >= 8, 30, "8 deliveries")
-        await asyncio.sleep(0.5)
-        await c.shutdown()
+        async with c:
+            assert c.service is not None
+            c.service.retry_delay_s = 0.2
+            await until(lambda: len(seen) >= 8, 30, "8 deliveries")
+            await asyncio.sleep(0.5)
         assert c.retry.failed == 4
         # The same stored message again, from the same queue position: a duplicate delivery.
         for r in sent:
@@ -276,15 +272,13 @@ def test_orderly_consumption_retries_in_place_and_holds_the_queue_lock(cluster: 
             consume_from=FIRST,
         )  # fmt: skip
         c.subscribe(topic)
-        await c.start()
-        await until(lambda: len({s[0] for s in seen}) == 20 and c.consumed == 20, 30, "all 20")
-        # Another client cannot take a queue this consumer holds.
-        async with MQAdmin(ns) as admin:
+        async with c, MQAdmin(ns) as admin:
+            await until(lambda: len({s[0] for s in seen}) == 20 and c.consumed == 20, 30, "all 20")
+            # Another client cannot take a queue this consumer holds.
             addr = (await admin.masters())["broker-a"]
             body = LockBatchRequestBody(group, "someone-else", [(topic, "broker-a", 0)]).encode()
             resp = await admin.api.invoke(addr, request(RequestCode.LOCK_BATCH_MQ, body=body))
             assert decode_lock_ok(resp.body) == []
-        await c.shutdown()
         for q in (0, 1):
             ids = {r.msg_id for r in sent if r.mq.queue_id == q}
             in_queue = [(s[0], s[4]) for s in seen if s[0] in ids]
@@ -328,19 +322,17 @@ def test_a_queue_moves_between_orderly_consumers_in_order_and_once(cluster: Clus
             return listener
 
         c1 = OrderlyPushConsumer(config(ns), group, slow("c1"), consume_from=FIRST)
-        c1.subscribe(topic)
-        await c1.start()
-        async with Producer(ns, "orderly-move") as p:
-            sent = [await p.send_orderly(new_message(topic, f"x{i}".encode()), i % 4)
-                    for i in range(80)]  # fmt: skip
-        await until(lambda: len(seen) >= 20, 30, "c1 under way")
         c2 = OrderlyPushConsumer(config(ns), group, slow("c2"), consume_from=FIRST)
-        c2.subscribe(topic)
-        await c2.start()
-        await until(lambda: len({s[1] for s in seen}) == 80, 60, "all 80 consumed")
-        await asyncio.sleep(0.5)
         for c in (c1, c2):
-            await c.shutdown()
+            c.subscribe(topic)
+        async with c1:
+            async with Producer(ns, "orderly-move") as p:
+                sent = [await p.send_orderly(new_message(topic, f"x{i}".encode()), i % 4)
+                        for i in range(80)]  # fmt: skip
+            await until(lambda: len(seen) >= 20, 30, "c1 under way")
+            async with c2:
+                await until(lambda: len({s[1] for s in seen}) == 80, 60, "all 80 consumed")
+                await asyncio.sleep(0.5)
         assert sorted(s[1] for s in seen) == sorted(r.msg_id for r in sent)  # each once
         assert {s[0] for s in seen} == {"c1", "c2"}
         for q in range(4):

@@ -81,7 +81,7 @@ class PullProcessor:
             )
         if not group.consume_enable:
             return response_to(cmd, R.NO_PERMISSION, f"group {h.consumer_group} may not consume")
-        topic = ctl.topics.get(h.topic)
+        topic = ctl.topic_for_read(h.topic, h.queue_id)
         if topic is None:
             return response_to(cmd, R.TOPIC_NOT_EXIST, f"topic {h.topic} does not exist")
         if not topic.readable:

@@ -10,10 +10,13 @@ import pytest
 
 from broker_runtime.broker.config_file import ConfigError, broker_config, config_to_json
 from broker_runtime.broker.consumer_manager import ConsumerManager
+from broker_runtime.broker.controller import BrokerController
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
 from broker_runtime.broker.topic_config import TopicConfig, TopicConfigManager
-from broker_runtime.common.config import BrokerRole, FlushMode
-from broker_runtime.remoting.bodies import ConsumerData, SubscriptionData
+from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode, StoreConfig
+from broker_runtime.common.message import Message
+from broker_runtime.remoting.bodies import PERM_READ, ConsumerData, SubscriptionData
+from broker_runtime.store.message_store import MessageStore
 
 
 def test_topics_persist_in_rocketmq_shape(tmp_path: Path) -> None:
@@ -77,3 +80,32 @@ def test_broker_config_from_file_dict(tmp_path: Path) -> None:
         broker_config({"role": "SLAVE", "broker_id": 0, "store_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match="port"):
         broker_config({"port": "abc", "store_dir": str(tmp_path)})
+
+
+def test_a_slave_reads_a_topic_its_log_holds_before_it_has_the_masters_table(
+    tmp_path: Path,
+) -> None:
+    """Topics reach a slave by a copy of its master's table every few seconds, and not at
+    all once the master is down: a pull for a topic created since then is served from the
+    queues the replicated log built (read-only), instead of TOPIC_NOT_EXIST."""
+    store_config = StoreConfig(tmp_path / "store")
+    store = MessageStore(store_config)
+    try:
+        store.put_messages([Message("T", b"x", queue_id=q) for q in (0, 1, 1)])
+        assert store.wait_dispatched(5.0)
+        slave = BrokerController(BrokerConfig(store_config, role=BrokerRole.SLAVE, broker_id=1))
+        master = BrokerController(BrokerConfig(StoreConfig(tmp_path / "m")))
+        try:
+            slave.store = master.store = store
+            assert slave.topic_for_read("T", 3) == TopicConfig("T", 4, 4, PERM_READ)
+            assert slave.topic_for_read("T", 0) == TopicConfig("T", 2, 2, PERM_READ)
+            assert slave.topic_for_read("T", 5000) == TopicConfig("T", 1024, 1024, PERM_READ)
+            assert slave.topic_for_read("Other", 0) is None  # nothing of it here
+            assert master.topic_for_read("T", 0) is None  # a master knows its own topics
+            slave.topics.put(TopicConfig("T", 8, 8))  # once copied, the master's table wins
+            assert slave.topic_for_read("T", 3) == TopicConfig("T", 8, 8)
+        finally:
+            slave.executor.shutdown()
+            master.executor.shutdown()
+    finally:
+        store.shutdown()
