@@ -157,9 +157,7 @@ class ConsumerBase:
         self._loop_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
         self._wakeup.set()
 
-    async def __aenter__(self) -> Self:
-        """`async with consumer:` starts it (subscribe first) and shuts it down on the way out,
-        however the block ends."""
+    async def __aenter__(self) -> Self:  # `async with` (subscribe first): start, then shutdown
         await self.start()
         return self
 
