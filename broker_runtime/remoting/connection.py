@@ -58,7 +58,6 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._deadlines: list[tuple[float, int]] = []  # a heap of (deadline, opaque)
         self._sweep: asyncio.TimerHandle | None = None
-        self._sweep_at = 0.0
         self._transport: asyncio.Transport | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -160,7 +159,7 @@ class Connection(asyncio.Protocol):
         self._pending[opaque] = fut
         deadline = loop.time() + timeout
         heapq.heappush(self._deadlines, (deadline, opaque))
-        if self._sweep is None or deadline < self._sweep_at:
+        if self._sweep is None or deadline < self._sweep.when():
             self._arm(loop, deadline)
         try:
             self.send(cmd)
@@ -177,7 +176,6 @@ class Connection(asyncio.Protocol):
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._sweep is not None:
             self._sweep.cancel()
-        self._sweep_at = when
         self._sweep = loop.call_at(when, self._expire, loop)
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
