@@ -78,6 +78,19 @@ def decode_messages(body: bytes, broker: str) -> list[ReceivedMessage]:
     return out
 
 
+def send_result(
+    resp: RemotingCommand, addr: str, mq: MessageQueue, msg_ids: tuple[str, ...]
+) -> SendResult:
+    """A send's response as its result; MQBrokerError for an answer that is not a store."""
+    status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise MQBrokerError(resp.code, resp.remark, addr)
+    rh = SendMessageResponseHeader.decode(resp)
+    if rh.queue_id != mq.queue_id:
+        mq = MessageQueue(mq.topic, mq.broker, rh.queue_id)
+    return SendResult(status, msg_ids[0], rh.msg_id, mq, rh.queue_offset, msg_ids)
+
+
 class MQClientAPI:
     """Requests over one RemotingClient; `handlers` serve requests brokers send back."""
 
@@ -150,16 +163,13 @@ class MQClientAPI:
         msg_ids: tuple[str, ...],
         timeout: float,
     ) -> SendResult:
+        resp = await self.remoting.invoke(addr, self.send_request(header, body), timeout)
+        return send_result(resp, addr, mq, msg_ids)
+
+    def send_request(self, header: SendMessageRequestHeader, body: bytes) -> RemotingCommand:
+        """A SEND_MESSAGE (or SEND_BATCH_MESSAGE) request, signed; for any transport."""
         code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE
-        cmd = self._sign(request(code, header.fields(), body))
-        resp = await self.remoting.invoke(addr, cmd, timeout)
-        status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
-        if status is None:
-            raise MQBrokerError(resp.code, resp.remark, addr)
-        rh = SendMessageResponseHeader.decode(resp)
-        if rh.queue_id != mq.queue_id:
-            mq = MessageQueue(mq.topic, mq.broker, rh.queue_id)
-        return SendResult(status, msg_ids[0], rh.msg_id, mq, rh.queue_offset, msg_ids)
+        return self._sign(request(code, header.fields(), body))
 
     async def send_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes) -> None:
         await self.invoke_oneway(addr, request(RequestCode.SEND_MESSAGE, header.fields(), body))

@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
+from broker_runtime.client.api import send_result
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import MQBrokerError, MQClientError, SendResult
 from broker_runtime.client.msg_id import UniqIdGenerator, default_generator, set_uniq_id
 from broker_runtime.client.rebalance import MessageQueue
-from broker_runtime.client.route import FaultTable
+from broker_runtime.client.route import FaultTable, PublishInfo
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.java_hash import java_string_hash
 from broker_runtime.common.message import (
@@ -35,6 +37,7 @@ from broker_runtime.common.message import (
     properties_to_string,
 )
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
+from broker_runtime.remoting.blocking import BlockingPool
 from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, encode_batch
 from broker_runtime.remoting.connection import RemotingError
 from broker_runtime.remoting.headers import SendMessageRequestHeader
@@ -59,6 +62,13 @@ BeforeSend = Callable[[Message], object]
 OnResult = Callable[[Message, SendResult | None, BaseException | None], object]
 SendCallback = Callable[[SendResult | None, BaseException | None], object]
 QueueSelector = Callable[[Sequence[MessageQueue], Message, object], MessageQueue]
+T = TypeVar("T")
+
+
+class OnLoop(Protocol):
+    """Runs a coroutine on the producer's loop and returns its result (LoopThread.run)."""
+
+    def __call__(self, coro: Coroutine[Any, Any, T], /) -> T: ...
 
 
 def select_by_hash(mqs: Sequence[MessageQueue], msg: Message, key: object) -> MessageQueue:
@@ -110,9 +120,11 @@ class Producer:
         self._valid_topics: set[str] = set()
         self._refreshing: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.instance.start()
         self._running = True
 
@@ -170,15 +182,7 @@ class Producer:
         self, msgs: Sequence[Message], timeout_s: float | None = None
     ) -> SendResult:
         """One SEND_BATCH_MESSAGE: same topic, no delay; message i lands at offset + i."""
-        if not msgs:
-            raise MQClientError("empty batch")
-        topic = msgs[0].topic
-        for m in msgs:
-            if m.topic != topic:
-                raise MQClientError("every message of a batch must have the same topic")
-            if DELAY in m.properties:
-                raise MQClientError("a batch cannot carry delayed messages")
-        return await self._settled(msgs, 1 + self.retry_times, timeout_s)
+        return await self._settled(_batch(msgs), 1 + self.retry_times, timeout_s)
 
     async def send_orderly(
         self,
@@ -229,14 +233,18 @@ class Producer:
             )
         set_uniq_id(msg, self.ids)
 
-    async def _settled(
-        self, msgs: Message | Sequence[Message], times: int, timeout_s: float | None
-    ) -> SendResult:
+    def _checked(self, msgs: Message | Sequence[Message]) -> list[Message]:
         batch = [msgs] if isinstance(msgs, Message) else list(msgs)
         for m in batch:
             self._check(m)
         if len(batch) > 1 and sum(len(m.body) for m in batch) > self.max_message_size:
             raise MQClientError(f"batch bodies exceed {self.max_message_size} bytes")
+        return batch
+
+    async def _settled(
+        self, msgs: Message | Sequence[Message], times: int, timeout_s: float | None
+    ) -> SendResult:
+        batch = self._checked(msgs)
         if self.on_before_send:
             await self._before(batch)
         try:
@@ -255,35 +263,59 @@ class Producer:
         info = self.instance.publish.get(msgs[0].topic)  # the hot path: no await when cached
         if info is None or not info.ok():
             info = await self.instance.publish_info(msgs[0].topic, self.default_topic_queue_nums)
-        last_broker: str | None = None
-        errors: list[str] = []
-        error: BaseException | None = None
-        for _ in range(times):
-            mq = info.select(last_broker, self.faults, self.clock.now_ms())
-            last_broker = mq.broker
+        attempts = _Attempts(self, msgs[0].topic, info, times)
+        for mq in attempts:
             try:
                 result = await self._send_kernel(msgs, mq, timeout_s)
             except (RemotingError, MQClientError) as e:
-                self.faults.failed(mq.broker, self.clock.now_ms())
-                self._refresh_route_soon(mq.topic)
-                if isinstance(e, MQBrokerError) and e.code not in RETRY_CODES:
-                    raise
-                errors.append(f"{mq.broker}: {e}")
-                error = e
+                attempts.failed(mq, e)
                 continue
-            self.faults.succeeded(mq.broker)
-            return result
-        raise MQClientError(
-            f"send to {msgs[0].topic} failed after {len(errors)} attempt(s): {'; '.join(errors)}"
-        ) from error
+            return attempts.succeeded(mq, result)
+        raise attempts.gave_up()
+
+    def send_blocking(
+        self,
+        msgs: Message | Sequence[Message],
+        pool: BlockingPool,
+        on_loop: OnLoop,
+        timeout_s: float | None = None,
+    ) -> SendResult:
+        """`send` (or `send_batch`, given a list) for a thread that is not the loop's: the
+        request goes over `pool`'s blocking sockets, the same attempts and retries as
+        `send`. Only route look-ups missing from the cache run on the loop, via `on_loop`.
+        SyncProducer's fast path; hooks are not run here (they belong to the loop).
+        """
+        batch = self._checked(msgs if isinstance(msgs, Message) else _batch(msgs))
+        timeout = timeout_s or self.send_timeout_s
+        topic = batch[0].topic
+        info = self.instance.publish.get(topic)
+        if info is None or not info.ok():
+            info = on_loop(self.instance.publish_info(topic, self.default_topic_queue_nums))
+        api = self.instance.api
+        attempts = _Attempts(self, topic, info, 1 + self.retry_times)
+        for mq in attempts:
+            try:
+                addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
+                if addr is None:
+                    addr = on_loop(self.instance.master_addr(mq.broker, mq.topic))
+                header, body, ids = self._request(batch, mq)
+                resp = pool.invoke(addr, api.send_request(header, body), timeout)
+                result = send_result(resp, addr, mq, ids)
+            except (RemotingError, MQClientError) as e:
+                attempts.failed(mq, e)
+                continue
+            return attempts.succeeded(mq, result)
+        raise attempts.gave_up()
 
     def _refresh_route_soon(self, topic: str) -> None:
         """After a failure the route may be stale (a master gone): ask again, in the
-        background, once at a time per topic."""
-        if topic in self._refreshing:
+        background, once at a time per topic. Callable from any thread."""
+        if topic in self._refreshing or self._loop is None:
             return
         self._refreshing.add(topic)
+        self._loop.call_soon_threadsafe(self._refresh_route, topic)
 
+    def _refresh_route(self, topic: str) -> None:
         async def refresh() -> None:
             try:
                 await self.instance.update_route(topic)
@@ -325,14 +357,18 @@ class Producer:
         addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
         if addr is None:
             addr = await self.instance.master_addr(mq.broker, mq.topic)
+        header, body, ids = self._request(msgs, mq)
+        return await self.instance.api.send(addr, mq, header, body, ids, timeout_s)
+
+    def _request(
+        self, msgs: list[Message], mq: MessageQueue
+    ) -> tuple[SendMessageRequestHeader, bytes, tuple[str, ...]]:
+        """The header, body and UNIQ_KEYs of one attempt at sending `msgs` to `mq`."""
         ids = tuple(m.properties[UNIQ_KEY] for m in msgs)
         if len(msgs) == 1:
-            header = self._header(msgs[0], mq)
-            body = msgs[0].body
-        else:
-            header = self._header(msgs[0], mq, batch=True)
-            body = encode_batch([(m.body, m.properties, m.flag) for m in msgs])
-        return await self.instance.api.send(addr, mq, header, body, ids, timeout_s)
+            return self._header(msgs[0], mq), msgs[0].body, ids
+        body = encode_batch([(m.body, m.properties, m.flag) for m in msgs])
+        return self._header(msgs[0], mq, batch=True), body, ids
 
     async def _before(self, msgs: list[Message]) -> None:
         for hook in self.on_before_send:
@@ -358,6 +394,62 @@ class Producer:
                     await _maybe_await(hook(m, r, error))
                 except Exception:
                     log.exception("on_send_result hook failed")
+
+
+class _Attempts:
+    """The attempts of one send, shared by the asyncio and blocking paths: iterate for the
+    queue of each attempt (round robin, not on the broker the previous one failed on, nor
+    on brokers isolated by recent failures), then report how it went."""
+
+    def __init__(self, producer: Producer, topic: str, info: PublishInfo, times: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.info = info
+        self.times = times
+        self.errors: list[str] = []
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator[MessageQueue]:
+        p, last_broker = self.producer, None
+        for _ in range(self.times):
+            mq = self.info.select(last_broker, p.faults, p.clock.now_ms())
+            last_broker = mq.broker
+            yield mq
+
+    def failed(self, mq: MessageQueue, e: RemotingError | MQClientError) -> None:
+        """Isolate the broker and refresh the route; re-raise an answer no retry improves."""
+        p = self.producer
+        p.faults.failed(mq.broker, p.clock.now_ms())
+        p._refresh_route_soon(mq.topic)
+        if isinstance(e, MQBrokerError) and e.code not in RETRY_CODES:
+            raise e
+        self.errors.append(f"{mq.broker}: {e}")
+        self.error = e
+
+    def succeeded(self, mq: MessageQueue, result: SendResult) -> SendResult:
+        self.producer.faults.succeeded(mq.broker)
+        return result
+
+    def gave_up(self) -> MQClientError:
+        error = MQClientError(
+            f"send to {self.topic} failed after {len(self.errors)} attempt(s): "
+            f"{'; '.join(self.errors)}"
+        )
+        error.__cause__ = self.error
+        return error
+
+
+def _batch(msgs: Sequence[Message]) -> Sequence[Message]:
+    """`msgs` if they can go as one batch: same topic, no delay."""
+    if not msgs:
+        raise MQClientError("empty batch")
+    topic = msgs[0].topic
+    for m in msgs:
+        if m.topic != topic:
+            raise MQClientError("every message of a batch must have the same topic")
+        if DELAY in m.properties:
+            raise MQClientError("a batch cannot carry delayed messages")
+    return msgs
 
 
 async def _maybe_await(value: object) -> None:

@@ -18,6 +18,7 @@ from broker_runtime.client.producer import Producer, QueueSelector, select_by_ha
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.common import aio
 from broker_runtime.common.message import Message
+from broker_runtime.remoting.blocking import BlockingPool
 
 T = TypeVar("T")
 
@@ -45,11 +46,17 @@ class LoopThread:
 
 
 class SyncProducer:
-    """`Producer` with blocking calls; `send_async` returns a concurrent Future."""
+    """`Producer` with blocking calls; `send_async` returns a concurrent Future.
+
+    `send` and `send_batch` write to the broker from the calling thread over blocking
+    sockets (one pool, shared by threads) unless the producer has hooks, which run on its
+    loop; route look-ups, heartbeats and the other calls go through the loop thread.
+    """
 
     def __init__(self, producer: Producer) -> None:
         self.producer = producer
         self._loop = LoopThread("mq-producer")
+        self._pool = BlockingPool()
 
     def start(self) -> SyncProducer:
         self._loop.run(self.producer.start())
@@ -57,6 +64,7 @@ class SyncProducer:
 
     def shutdown(self) -> None:
         try:
+            self._pool.close()
             self._loop.run(self.producer.shutdown())
         finally:
             self._loop.stop()
@@ -68,7 +76,9 @@ class SyncProducer:
         self.shutdown()
 
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
-        return self._loop.run(self.producer.send(msg, timeout_s))
+        if self._hooked():
+            return self._loop.run(self.producer.send(msg, timeout_s))
+        return self.producer.send_blocking(msg, self._pool, self._loop.run, timeout_s)
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         return self._loop.submit(self.producer.send(msg, None))
@@ -77,7 +87,12 @@ class SyncProducer:
         self._loop.run(self.producer.send_oneway(msg))
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None) -> SendResult:
-        return self._loop.run(self.producer.send_batch(msgs, timeout_s))
+        if self._hooked():
+            return self._loop.run(self.producer.send_batch(msgs, timeout_s))
+        return self.producer.send_blocking(list(msgs), self._pool, self._loop.run, timeout_s)
+
+    def _hooked(self) -> bool:
+        return bool(self.producer.on_before_send or self.producer.on_send_result)
 
     def send_orderly(
         self, msg: Message, sharding_key: object, selector: QueueSelector = select_by_hash
