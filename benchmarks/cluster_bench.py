@@ -5,7 +5,9 @@ peers.py), all of them at once. Producers are separate processes, each sending 1
 messages one at a time and waiting for the acknowledgement, for `--seconds`; batch sends
 are 64 messages per request (Redis: a pipeline of 64 XADDs). The systems take turns at each
 case, `--rounds` times in alternating order, so that a shared machine's load weighs on all
-of them alike. What an acknowledgement means:
+of them alike. Every producer is a blocking client, as the peers' pika and redis-py are:
+ours is SyncProducer; the asyncio Producer awaiting each send is measured too ("ours
+asyncio"). What an acknowledgement means:
 - this broker: a sync send, answered once the message is in the CommitLog; the cluster runs
   with ASYNC flush (RocketMQ's default: the log is flushed every 500 ms, as Redis's
   `appendfsync everysec`), no slaves unless `--slaves`. The single sends are repeated on a
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 # them each importing it would still be at it when the clock starts.
 from broker_runtime.client.model import new_message  # noqa: E402 - after the path is set
 from broker_runtime.client.producer import Producer  # noqa: E402
+from broker_runtime.client.sync import SyncProducer  # noqa: E402
 from broker_runtime.common import aio  # noqa: E402
 
 TOPIC, GROUP = "Bench", peers.GROUP
@@ -72,26 +75,34 @@ def our_cluster(work: Path, slaves: bool, flush: str = "async") -> Iterator[str]
 
 # -- producer processes ---------------------------------------------------------------------
 def ours_producer(ns: str, batch: int, size: int, producers: int, seconds: float) -> Any:
+    """SyncProducer: blocking sends from the calling thread, as pika's and redis-py's are."""
+    with SyncProducer(Producer(ns, "bench-producer")) as p:
+        body = b"x" * size
+        if batch == 1:
+            return peers.timed(lambda: p.send(new_message(TOPIC, body)), 1, producers, seconds)
+
+        def send_batch() -> None:
+            p.send_batch([new_message(TOPIC, body) for _ in range(batch)])
+
+        return peers.timed(send_batch, batch, producers, seconds)
+
+
+def ours_asyncio_producer(ns: str, batch: int, size: int, producers: int, seconds: float) -> Any:
+    """The asyncio Producer, awaiting each send (batch 1 only)."""
+
     async def main() -> peers.Timed:
         async with Producer(ns, "bench-producer") as p:
             body = b"x" * size
-
-            async def send_one() -> None:
-                if batch == 1:
-                    await p.send(new_message(TOPIC, body))
-                else:
-                    await p.send_batch([new_message(TOPIC, body) for _ in range(batch)])
-
             for _ in range(peers.WARM_UP):
-                await send_one()
+                await p.send(new_message(TOPIC, body))
             start = peers.wait_for_start(producers)  # blocks the loop: nothing else runs yet
             lat: list[float] = []
             end = start + seconds
             while time.time() < end:
                 t = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
-                await send_one()
+                await p.send(new_message(TOPIC, body))
                 lat.append(time.perf_counter() - t)
-            return len(lat) * batch, start, time.time(), lat
+            return len(lat), start, time.time(), lat
 
     return aio.run(main())
 
@@ -245,8 +256,12 @@ GOALS = [  # (figure, over, at least): ratios of msgs/s between two cases
     ("ours send x{n}", "redis send x{n}", 0.5),
     ("ours batch64 x1", "redis pipeline64 x1", 0.5),
 ]
-# Not goals: this broker flushing each send to disk before answering, as RabbitMQ does.
-ALSO = [("ours syncflush send x{n}", "rabbitmq send x{n}")]
+# Not goals: the asyncio client awaiting each send; this broker flushing each send to disk
+# before answering, as RabbitMQ does.
+ALSO = [
+    ("ours asyncio send x{n}", "rabbitmq send x{n}"),
+    ("ours syncflush send x{n}", "rabbitmq send x{n}"),
+]
 
 
 def stored_count(ns: str) -> int:
@@ -337,8 +352,13 @@ def main() -> int:
         with contextlib.ExitStack() as systems:
             log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
             ns = systems.enter_context(our_cluster(work / "ours", args.slaves))
-            sends: list[tuple[str, Callable[..., Any], Any]] = [("ours", ours_producer, ns)]
-            batches = [("ours batch64 x1", ours_producer, ns)]
+            sends: list[tuple[str, Callable[..., Any], Any]] = [
+                ("ours", ours_producer, ns),
+                ("ours asyncio", ours_asyncio_producer, ns),
+            ]
+            batches: list[tuple[str, Callable[..., Any], Any]] = [
+                ("ours batch64 x1", ours_producer, ns)
+            ]
             if "syncflush" not in skip:
                 log("this broker again, SYNC flush: a send is answered after the fdatasync")
                 ns_sync = systems.enter_context(our_cluster(work / "sync", args.slaves, "sync"))
