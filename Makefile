@@ -9,7 +9,7 @@ DEMO_OUT ?= demo-out
 .PHONY: venv system-deps demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
-          $(wildcard pipeline/readers/_scan*.[ch])
+          broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .

@@ -1,5 +1,6 @@
-"""Builds the optional C kernels: the store's (see broker_runtime/store/accel.py) and the
-pipeline reader's (pipeline/readers/_scan.c, which compiles in the store's CRC-32 kernel).
+"""Builds the optional C kernels: the store's (see broker_runtime/store/accel.py), the
+remoting header codec's (broker_runtime/remoting/_header.c) and the pipeline reader's
+(pipeline/readers/_scan.c, which compiles in the store's CRC-32 kernel).
 
 Everything else about the package is in pyproject.toml. `optional=True`: without a C compiler,
 zlib headers or Python headers the build goes on without the extension, and the store runs its
@@ -19,6 +20,12 @@ setup(
             sources=[f"{STORE}/_accel_{name}.c" for name in SOURCES],
             depends=[f"{STORE}/_accel.h"],
             libraries=["z"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,
+        ),
+        Extension(
+            "broker_runtime.remoting._header",
+            sources=["broker_runtime/remoting/_header.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
         ),

@@ -6,10 +6,12 @@ The header is RocketMQ's JSON header (`code`, `language`, `version`, `opaque`, `
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 FLAG_RESPONSE = 1  # RemotingCommand.RPC_TYPE bit
 FLAG_ONEWAY = 2  # RemotingCommand.RPC_ONEWAY bit
@@ -21,6 +23,20 @@ _scan: Callable[[str, int], tuple[object, int]] = _decoder.scan_once  # type: ig
 _HEAD = (
     '{"code":%d,"language":%s,"version":%d,"opaque":%d,"flag":%d,"serializeTypeCurrentRPC":"JSON"'
 )
+
+
+def _load_native() -> ModuleType | None:
+    """The C twins of encode_header and decode_header's parse (_header.c), when built from
+    these sources; they do the common case and hand the rest back (None)."""
+    try:
+        mod = importlib.import_module("broker_runtime.remoting._header")
+    except ImportError:
+        return None
+    return mod if getattr(mod, "ABI", None) == _HEADER_ABI else None
+
+
+_HEADER_ABI = 1  # must equal _header.c's ABI
+_native = _load_native()
 
 
 class HeaderError(ValueError):
@@ -61,7 +77,18 @@ class RemotingCommand:
             raise HeaderError(f"header field {name!r} is not an integer: {value!r}") from None
 
     def encode_header(self) -> bytes:
-        """The JSON header, written out field by field: what json.dumps makes of it.
+        """The JSON header, written out field by field: what json.dumps makes of it."""
+        if _native is not None:
+            out: bytes | None = _native.encode(
+                self.code, self.language, self.version, self.opaque, self.flag, self.remark,
+                self.ext_fields,
+            )  # fmt: skip
+            if out is not None:
+                return out
+        return self.encode_header_py()
+
+    def encode_header_py(self) -> bytes:
+        """encode_header in Python (the C twin's reference, and its fallback).
 
         Strings go through json's own C escaper (ASCII only, as Java's fastjson reads it);
         json.dumps would build a new encoder per call, a third of a small request's cost.
@@ -85,6 +112,16 @@ class RemotingCommand:
 
     @classmethod
     def decode_header(cls, data: bytes | bytearray, body: bytes) -> RemotingCommand:
+        if _native is not None:
+            parts = _native.decode(data)
+            if parts is not None:
+                code, opaque, flag, remark, ext, version, language = parts
+                return cls(code, opaque, flag, remark, ext, body, version, language)
+        return cls.decode_header_py(data, body)
+
+    @classmethod
+    def decode_header_py(cls, data: bytes | bytearray, body: bytes) -> RemotingCommand:
+        """decode_header in Python (the C twin's reference, and what it leaves here)."""
         try:
             header = _json(data.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -89,7 +89,7 @@ def test_silence_times_out_on_time_and_closes_the_channel() -> None:
     with peer(lambda cmd, conn: None) as (addr, _):
         ch = BlockingChannel(addr)
         start = time.monotonic()
-        with pytest.raises(RemotingTimeoutError, match="within 0.3 s"):
+        with pytest.raises(RemotingTimeoutError, match=r"within 0\.3 s"):
             ch.invoke(request(10), 0.3)
         assert 0.29 <= time.monotonic() - start < 2.0
         assert ch.closed
