@@ -182,7 +182,22 @@ def _assign_ports(s: ClusterSettings, layout: ClusterLayout, node: NodeSpec) -> 
 # -- processes -------------------------------------------------------------------------------
 
 
+def _listens(pid: int, ports: set[int]) -> bool:
+    """Whether process `pid` listens on every one of `ports`."""
+    try:
+        conns = psutil.Process(pid).net_connections("tcp")
+    except psutil.Error:
+        return False
+    return ports <= {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+
+
 def _answering(layout: ClusterLayout, node: NodeSpec, creds: Credentials | None) -> bool:
+    """The node answers on its port, and it is this node's process that listens there and on
+    its HA port: a port handed out twice (to a node of this cluster or another) is answered by
+    the node that bound it first, and the second exits with EXIT_PORT_IN_USE."""
+    assert node.pid is not None
+    if not _listens(node.pid, {p for p in (node.port, node.ha_port) if p}):
+        return False
     if node.role == "namesrv":
         return namesrv_info(node.addr, 1.0) is not None
     return broker_info(node.addr, 1.0, creds) is not None
