@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,9 +20,9 @@ import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
 from pipeline.readers.segments import SegmentWalker, WalkResult, nonzero_at
+from pipeline.readers.unit_batch import file_reader
 
 DEFAULT_RANGE_BYTES = 64 << 20
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value; not in 3.11
 
 
 @dataclass(frozen=True)
@@ -147,26 +146,16 @@ def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
     task's range; damage goes to `result`."""
     with open(task.path, "rb") as f:
         m = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
-    _populate(m, task.start, task.stop)
-    walker = SegmentWalker(m, task.file_from, task.last_segment, task.data_end)
+        reader = file_reader(f.fileno())
+    # Runs of units are decoded from the file's bytes read through the reader; the map serves
+    # the searches (anchors, the data end) and damage reports, so few of its pages are touched.
+    walker = SegmentWalker(m, task.file_from, task.last_segment, task.data_end, reader)
     try:
         for units in walker.walk(task.start, task.stop, task.exact, result):
             yield units.to_batch(task.broker, task.broker_id)
     finally:
-        del walker
+        del walker, reader
         _close(m)
-
-
-def _populate(m: mmap.mmap, start: int, stop: int) -> None:
-    """Map the range's pages in one call (Linux 5.14+) instead of a page fault per few pages:
-    the faults cost as much as the decoding."""
-    if sys.platform != "linux":
-        return
-    lo = start - start % mmap.PAGESIZE
-    try:
-        m.madvise(_MADV_POPULATE_READ, lo, min(len(m), stop) - lo)
-    except OSError:
-        pass  # an older kernel: pages fault in as they are read
 
 
 def _close(m: mmap.mmap) -> None:

@@ -24,6 +24,7 @@ import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -89,10 +90,18 @@ class SegmentWalker:
     """Walks message units of one segment (`file_from`: its log offset)."""
 
     def __init__(
-        self, data: bytes | mmap.mmap, file_from: int, last_segment: bool, data_end: int = -1
+        self,
+        data: bytes | mmap.mmap,
+        file_from: int,
+        last_segment: bool,
+        data_end: int = -1,
+        reader: Any = None,
     ) -> None:
-        """`data_end`: the segment's data end if the caller knows it (saves a scan)."""
+        """`data_end`: the segment's data end if the caller knows it (saves a scan);
+        `reader`: a `file_reader` of the segment, from which runs of units are decoded
+        (the searches and damage reports read `data`)."""
         self.data = data  # an mmap or bytes: both have .find
+        self.reader = reader
         self.buf = memoryview(data)
         self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
         self.size = len(self.buf)
@@ -162,7 +171,7 @@ class SegmentWalker:
         pos: int | None = start if exact else self.anchor(start)
         result.end = -1  # nothing starts in this range (stays so if there is no anchor)
         while pos is not None and pos < stop:
-            units = scan_units(self.data, self.file_from, pos, stop)
+            units = scan_units(self.data, self.file_from, pos, stop, reader=self.reader)
             pos = units.end
             torn = -1
             if self.last_segment and units.n and pos >= self.data_end():

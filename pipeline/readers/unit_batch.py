@@ -155,11 +155,21 @@ class Units:
         return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)
 
 
-def scan_units(data: Any, file_from: int, pos: int, stop: int, max_units: int = MAX_UNITS) -> Units:
-    """The valid units of `data` (a segment's bytes) from `pos` that start before `stop`."""
+def file_reader(fd: int) -> Any | None:
+    """A reader of the segment file `fd` for `scan_units` (the kernel's Reader: preads into a
+    window that stays in cache instead of mapped pages; the fd is duplicated), or None where
+    the kernel is not built (the twin reads the mapped bytes)."""
+    return None if _KERNEL is None else _KERNEL.Reader(fd)
+
+
+def scan_units(
+    data: Any, file_from: int, pos: int, stop: int, max_units: int = MAX_UNITS, reader: Any = None
+) -> Units:
+    """The valid units of `data` (a segment's bytes) from `pos` that start before `stop`;
+    with a `file_reader` of the same segment, their bytes are read from its file."""
     if _KERNEL is not None:
         end, full, n, buffers, bad = _KERNEL.scan(
-            data, file_from, pos, stop, max_units, MAX_BYTES, _NAMES
+            data, file_from, pos, stop, max_units, MAX_BYTES, _NAMES, reader
         )
         return Units(end, full, n, buffers, bad)
     return scan_units_py(data, file_from, pos, stop, max_units)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,88 @@ def test_a_run_stops_at_the_batch_limit_and_before_a_bad_unit(scan: Scan) -> Non
     rest = scan(damaged, 0, 0, len(damaged))
     assert (rest.n, rest.full, rest.end) == (3, False, first.end)
     assert [r["body"] for r in rest.to_batch("b", 0).to_pylist()] == [b"", b"\x01", b"\x02\x02"]
+
+
+needs_kernel = pytest.mark.skipif(unit_batch.IMPLEMENTATION != "c", reason="C kernel not built")
+
+
+def units_of(bodies: list[int]) -> bytes:
+    """Consecutive valid units from log offset 0 with bodies of the given sizes."""
+    out = b""
+    for i, n in enumerate(bodies):
+        props = f"UNIQ_KEY\x01u{i}\x02TAGS\x01t{i % 3}\x02".encode()
+        out += unit(props, body=bytes([i % 251]) * n, phys=len(out))
+    return out
+
+
+def assert_same(got: unit_batch.Units, want: unit_batch.Units) -> None:
+    assert (got.end, got.full, got.n, got.bad_text) == (want.end, want.full, want.n, want.bad_text)
+    assert got.to_batch("b", 0).equals(want.to_batch("b", 0))
+
+
+@needs_kernel
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(0, 3000), min_size=1, max_size=12),
+    st.binary(max_size=200),
+    st.integers(1, 5000),
+    st.integers(0, 5000),
+    st.integers(1, 12),
+    st.integers(0, 40_000),
+)
+@example([0, 100, 2999], b"", 1, 0, 1, 40_000)  # every unit bigger than the window
+@example([1000, 1000, 1000], b"\x00" * 50, 1100, 0, 12, 40_000)  # units across window ends
+def test_a_reader_decodes_what_the_mapped_bytes_hold(
+    bodies: list[int], tail: bytes, chunk: int, extra: int, max_units: int, stop: int
+) -> None:
+    """Through a window of `chunk`-byte reads (units past `chunk + extra` from the map), batch
+    after batch, whatever the window's ends cut; the file object closed meanwhile."""
+    data = units_of(bodies) + tail
+    stop = min(stop, len(data))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "00000000000000000000"
+        path.write_bytes(data)
+        with open(path, "rb") as f:
+            reader = unit_batch.file_reader(f.fileno())
+            small = unit_batch._KERNEL.Reader(f.fileno(), chunk=chunk, big=chunk + extra)
+        pos = 0
+        while True:
+            want = unit_batch.scan_units(data, 0, pos, stop, max_units)
+            assert_same(unit_batch.scan_units(data, 0, pos, stop, max_units, reader), want)
+            assert_same(unit_batch.scan_units(data, 0, pos, stop, max_units, small), want)
+            if not want.full:
+                break
+            pos = want.end
+
+
+@needs_kernel
+@pytest.mark.parametrize("cut", [0, 7, 200, 1500, 2999, 3000])
+def test_a_reader_stops_where_a_file_cut_since_it_was_mapped_ends(tmp_path: Path, cut: int) -> None:
+    """The units wholly in the file are decoded; the walk stops at the first one cut off."""
+    data = units_of([900, 900, 900, 900])
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(data[:cut])
+    with open(path, "rb") as f:
+        reader = unit_batch._KERNEL.Reader(f.fileno(), chunk=512)
+    assert_same(
+        unit_batch.scan_units(data, 0, 0, len(data), reader=reader),
+        unit_batch.scan_units(data[:cut], 0, 0, len(data)),
+    )
+
+
+@needs_kernel
+def test_reader_arguments_are_checked(tmp_path: Path) -> None:
+    kernel = unit_batch._KERNEL
+    with pytest.raises(OSError):
+        kernel.Reader(-1)
+    (tmp_path / "f").write_bytes(b"")
+    with open(tmp_path / "f", "rb") as f:
+        with pytest.raises(ValueError, match="chunk"):
+            kernel.Reader(f.fileno(), chunk=0)
+        with pytest.raises(ValueError, match="chunk"):
+            kernel.Reader(f.fileno(), chunk=64, big=63)
+    with pytest.raises(ValueError, match="out of range"):
+        kernel.scan(b"", 0, 0, 0, 1, 1, (), object())
 
 
 @settings(max_examples=200, deadline=None)
