@@ -1,6 +1,6 @@
 """CommitLog segment bytes -> runs of decoded message units, plus every byte range that is
 not one. With unit_batch.py (which decodes runs of valid units), the only binary decoding in
-the pipeline; pure code over a buffer.
+the pipeline; pure code over a buffer (and, for runs of units, a `file_reader` of its file).
 
 A walk follows the TOTALSIZE chain from a known unit boundary (or from the first *anchor* at
 or after an arbitrary split point: a structurally valid unit whose PHYSICALOFFSET field is

@@ -178,13 +178,10 @@ def unit(props: bytes, topic: bytes = b"T", body: bytes = b"body", phys: int = 0
     return header + body + bytes([len(topic)]) + topic + len(props).to_bytes(2, "big") + props
 
 
+needs_kernel = pytest.mark.skipif(unit_batch.IMPLEMENTATION != "c", reason="C kernel not built")
 Scan = Callable[..., unit_batch.Units]
 KERNELS = [
-    pytest.param(
-        unit_batch.scan_units,
-        id="c",
-        marks=pytest.mark.skipif(unit_batch.IMPLEMENTATION != "c", reason="C kernel not built"),
-    ),
+    pytest.param(unit_batch.scan_units, id="c", marks=needs_kernel),
     pytest.param(unit_batch.scan_units_py, id="python"),
 ]
 
@@ -235,9 +232,6 @@ def test_a_run_stops_at_the_batch_limit_and_before_a_bad_unit(scan: Scan) -> Non
     rest = scan(damaged, 0, 0, len(damaged))
     assert (rest.n, rest.full, rest.end) == (3, False, first.end)
     assert [r["body"] for r in rest.to_batch("b", 0).to_pylist()] == [b"", b"\x01", b"\x02\x02"]
-
-
-needs_kernel = pytest.mark.skipif(unit_batch.IMPLEMENTATION != "c", reason="C kernel not built")
 
 
 def units_of(bodies: list[int]) -> bytes:
