@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from broker_runtime.common import aio
 from broker_runtime.remoting.client import RemotingClient, split_addr
 from broker_runtime.remoting.command import RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import (
@@ -221,3 +222,25 @@ def test_bad_address() -> None:
     with pytest.raises(ValueError, match="not host:port"):
         split_addr("localhost")
     assert RequestCode.SEND_MESSAGE == 10
+
+
+def test_nearly_spent_timeouts_time_out_on_uvloop() -> None:
+    """uvloop's call_at gives a plain Handle (no `when`) for a deadline under half a
+    millisecond away: the next request must still arm its sweep, and each times out."""
+
+    async def main() -> None:
+        table = ProcessorTable({SLOW: slow})
+        server = RemotingServer(table)
+        port = await server.start()
+        client = RemotingClient()
+        try:
+            addr = f"127.0.0.1:{port}"
+            assert (await client.invoke(addr, request(SLOW, {"sleep": 0}), 5)).code == 0
+            calls = [client.invoke(addr, request(SLOW, {"sleep": 1}), 1e-5) for _ in range(3)]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert [type(r) for r in results] == [RemotingTimeoutError] * 3, results
+        finally:
+            await client.close()
+            await server.close()
+
+    aio.run(main())
