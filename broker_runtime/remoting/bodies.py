@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from broker_runtime.common.message import properties_to_string, string_to_properties
+from broker_runtime.remoting.command import MAX_JSON_DEPTH, json_too_deep
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -30,7 +31,10 @@ class BodyError(ValueError):
 
 def _load(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
+        text = raw.decode()
+        if json_too_deep(text):
+            raise BodyError(f"{what} body nests deeper than {MAX_JSON_DEPTH} levels")
+        data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BodyError(f"{what} body is not JSON: {e}") from None
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker_runtime.remoting.bodies import BodyError, decode_json
 from broker_runtime.remoting.command import (
     FLAG_RESPONSE,
     HeaderError,
@@ -147,3 +148,23 @@ def test_random_bytes_never_escape_as_other_errors(data: bytes) -> None:
         FrameDecoder(max_frame=1 << 16).feed(data)
     except FrameError:
         pass
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_deeply_nested_header_is_a_clean_frame_error(opener: str) -> None:
+    """50,000 nested `[` once raised RecursionError out of the decoder (a transport crash)."""
+    header = (opener * 50_000).encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with pytest.raises(FrameError, match="nest"):
+        FrameDecoder().feed(frame)
+    with pytest.raises(HeaderError, match="nest"):
+        RemotingCommand.decode_header_py(
+            b'{"code":1,"extFields":' + b"[" * 100 + b"]" * 100 + b"}", b""
+        )
+
+
+def test_deeply_nested_body_is_a_body_error() -> None:
+    with pytest.raises(BodyError, match="nest"):
+        decode_json(b"[" * 50_000 + b"]" * 50_000, "heartbeat")
+    brackets_in_a_string = b'{"a":[[{"b":"' + b"[" * 100 + b'"}]]}'
+    assert decode_json(brackets_in_a_string, "x") == {"a": [[{"b": "[" * 100}]]}
