@@ -133,6 +133,11 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         return self._is_closed
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received of a frame not yet complete."""
+        return self._decoder.buffered
+
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame (a response, or a request whose answer nobody waits for)."""
         transport = self._transport
