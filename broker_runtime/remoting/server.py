@@ -200,12 +200,10 @@ class RemotingServer:
 
     def _close_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
-        for conn in [c for c in self._partial if now - c.partial_since >= self.half_frame_idle_s]:
-            log.warning(
-                "closing %s: a frame left unfinished for %.0f s",
-                conn.peer,
-                now - conn.partial_since,
-            )
+        limit = self.half_frame_idle_s
+        for conn in [c for c in self._partial if now - c.partial_since >= limit]:
+            idle = now - conn.partial_since
+            log.warning("closing %s: a frame left unfinished for %.1f s", conn.peer, idle)
             conn.close(f"frame unfinished for {limit:g} s")
             self._account(conn, 0, now)
         self._idle_timer = loop.call_later(self._idle_check_s, self._close_idle, loop)
