@@ -119,11 +119,16 @@ class MQClientAPI:
         await self.remoting.invoke_oneway(addr, self._sign(cmd))
 
     async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
-        """Ask the current name server; on a network error move on to the next one."""
+        """Ask the current name server; on a network error move on to the next one.
+
+        Every server is tried once from where this call started: a concurrent call moving
+        `_ns_index` meanwhile must not send this one back to a server it found dead.
+        """
         servers = self.config.name_servers
         errors = []
+        start = self._ns_index
         for i in range(len(servers)):
-            idx = (self._ns_index + i) % len(servers)
+            idx = (start + i) % len(servers)
             try:
                 resp = await self.invoke(servers[idx], cmd)
             except RemotingError as e:
