@@ -113,11 +113,14 @@ class BrokerController:
         store.dispatcher.listeners.append(self.hold.on_dispatched)
         register_processors(self)
         await self.server.start()
+        secret = self.replication_secret()
+        if secret is None:
+            log.warning("the HA link is not authenticated (no ACL, no ha_secret_file)")
         if self.is_master:
-            self.ha_master = HAMasterService(store, self.config)
+            self.ha_master = HAMasterService(store, self.config, secret)
             await self.ha_master.start()
         else:
-            self.ha_slave = HASlaveClient(store, self.config, lambda: self.master_ha_addr)
+            self.ha_slave = HASlaveClient(store, self.config, lambda: self.master_ha_addr, secret)
             self.ha_slave.start()
         for coro in background_tasks(self):
             self.spawn(coro)
@@ -259,6 +262,16 @@ class BrokerController:
             return None
         n = min(max(*held, queue_id) + 1, MAX_QUEUES)
         return TopicConfig(topic, n, n, PERM_READ)
+
+    def replication_secret(self) -> bytes | None:
+        """What slaves prove to their master: ha_secret_file, else the ACL admin's secret."""
+        if self.config.ha_secret_file is not None:
+            secret = self.config.ha_secret_file.read_bytes().strip()
+            if not secret:
+                raise ValueError(f"{self.config.ha_secret_file} is empty")
+            return secret
+        account = admin_account(self.accounts) if self.config.acl_enable else None
+        return account.secret_key.encode() if account is not None else None
 
     # -- calls out --------------------------------------------------------------------------
 

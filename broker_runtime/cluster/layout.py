@@ -16,6 +16,8 @@ guards against signalling a recycled pid.
 from __future__ import annotations
 
 import dataclasses
+import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,18 @@ from broker_runtime.offsets.json_file import read_with_backup, write_atomic
 
 CLUSTER_FILE = "cluster.json"
 ROLES = ("namesrv", "master", "slave")
+
+
+def ha_secret_file(root: Path) -> Path:
+    """DIR/conf/ha-secret: the cluster's replication secret when it has no ACL (random,
+    readable by its owner only), made once."""
+    path = root / "conf" / "ha-secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from broker_runtime.acl.accounts import admin_account, load_accounts
-from broker_runtime.cluster.layout import ClusterLayout, NodeSpec
+from broker_runtime.cluster.layout import ClusterLayout, NodeSpec, ha_secret_file
 from broker_runtime.cluster.node import EXIT_PORT_IN_USE
 from broker_runtime.cluster.probe import Credentials, broker_info, namesrv_info
 
@@ -117,6 +117,8 @@ def _broker_config(s: ClusterSettings, layout: ClusterLayout, node: NodeSpec) ->
     if s.acl_file is not None:
         data["acl_enable"] = True
         data["acl_file"] = str(s.acl_file)
+    else:  # no ACL secret to authenticate slaves with: one made for this cluster
+        data["ha_secret_file"] = str(ha_secret_file(Path(layout.data_dir)))
     for key, value in s.broker_settings.items():
         if key.startswith("store."):
             store[key[len("store.") :]] = value

@@ -116,6 +116,9 @@ class BrokerConfig:
     slave_sync_interval_ms: int = 10_000  # SlaveSynchronize: topics, groups, offsets
     acl_enable: bool = False
     acl_file: Path | None = None  # accounts (see broker_runtime.acl.accounts)
+    # A file holding the replication secret slaves prove they know (ha/protocol.py); without
+    # it, an ACL cluster uses its admin account's secret key, and no ACL means an open port.
+    ha_secret_file: Path | None = None
     # Consume retry: the maxReconsumeTimes of auto-created groups, and the fallback for a
     # retry sent without one (a request's own value wins, as RocketMQ's since 3.4.9).
     max_reconsume_times: int = 16

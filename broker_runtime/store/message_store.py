@@ -230,6 +230,31 @@ class MessageStore:
                     break
         return found
 
+    @property
+    def log_min_offset(self) -> int:
+        """Where the CommitLog's oldest file starts."""
+        return self.commit_log.min_offset
+
+    @property
+    def log_max_offset(self) -> int:
+        """The end of what the CommitLog holds (the next message's physical offset)."""
+        return self.commit_log.max_offset
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to `max_bytes` raw CommitLog bytes from `offset`, never past the end of its file
+        (what a master replicates); None when nothing is written there."""
+        f = self.commit_log.segments.find(offset)
+        if f is None:
+            return None
+        rel = offset - f.file_from_offset
+        n = min(max_bytes, f.wrote_position - rel)
+        if n <= 0:
+            return None
+        try:
+            return bytes(f.view[rel : rel + n])
+        except ValueError:  # cleanup closed the file after we found it
+            return None
+
     def wait_dispatched(self, timeout: float | None = 30.0) -> bool:
         return self.dispatcher.wait_idle(timeout)
 

@@ -18,7 +18,7 @@ from broker_runtime.ha.protocol import (
     encode_transfer,
 )
 from broker_runtime.store.message_store import MessageStore
-from broker_runtime.store.replica import ReplicaError, ReplicaWriter, read_log
+from broker_runtime.store.replica import ReplicaError, ReplicaWriter
 
 
 def test_frames() -> None:
@@ -43,7 +43,7 @@ def test_slave_copy_equals_master(small_config: StoreConfig) -> None:
         writer = ReplicaWriter(slave)
         offset = 0
         while offset < master.commit_log.max_offset:
-            chunk = read_log(master, offset, rng.randrange(1, 5000))
+            chunk = master.read_log(offset, rng.randrange(1, 5000))
             assert chunk is not None
             assert writer.append(offset, chunk) == offset + len(chunk)
             offset += len(chunk)
