@@ -92,7 +92,9 @@ def test_reports_count_only_up_to_what_the_connection_was_sent(small_config: Sto
 
 
 @pytest.mark.parametrize("secret", [SECRET, None])
-def test_a_slave_with_the_secret_replicates(small_config: StoreConfig, secret: bytes | None) -> None:
+def test_a_slave_with_the_secret_replicates(
+    small_config: StoreConfig, secret: bytes | None
+) -> None:
     async def t(master: HAMasterService, store: MessageStore) -> None:
         end = store.log_max_offset
         reader, writer = await asyncio.open_connection("127.0.0.1", master.port)
