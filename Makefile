@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= demo-out
 
-.PHONY: venv system-deps demo test check bench lock clean
+.PHONY: venv system-deps toxiproxy demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -28,6 +28,19 @@ system-deps:
 	else \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
 	fi
+	@$(MAKE) --no-print-directory toxiproxy
+
+# Toxiproxy, the fault-injecting proxy of the replication tests (tests/fault_proxy.py): not in
+# Debian, so built from the Go module proxy into .venv/bin when `go` is installed.
+TOXIPROXY := $(VENV)/bin/toxiproxy-server
+TOXIPROXY_VERSION := v2.12.0
+toxiproxy:
+	@if [ -x $(TOXIPROXY) ]; then echo "toxiproxy present"; \
+	elif command -v go >/dev/null; then \
+	  tmp=$$(mktemp -d) && GOBIN=$$tmp go install \
+	    github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION) && \
+	  mkdir -p $(VENV)/bin && mv $$tmp/server $(TOXIPROXY) && rm -rf $$tmp; \
+	else echo "no go: toxiproxy not built (the replication fault tests will skip)"; fi
 
 demo: $(STAMP)
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
