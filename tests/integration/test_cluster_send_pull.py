@@ -275,6 +275,28 @@ def test_bad_requests_get_clear_errors(cluster: Cluster) -> None:
     run(t())
 
 
+def test_a_batch_over_the_message_size_limit_is_refused_whole(cluster: Cluster) -> None:
+    """As RocketMQ's store: a batch body past maxMessageSize (here the 1 MiB segment's) is
+    MESSAGE_ILLEGAL, though each message in it would fit; nothing of it is stored."""
+    master = cluster.addr("broker-a-master")
+
+    async def t() -> None:
+        c = RawClient()
+        try:
+            items = [(bytes([i]) * (600 << 10), {}, 0) for i in range(2)]
+            h = SendMessageRequestHeader("pg", "BigBatch", 0, 0, batch=True)
+            r = await c.call(master, C.SEND_BATCH_MESSAGE, h.fields(), encode_batch(items))
+            assert r.code == R.MESSAGE_ILLEGAL and "batch" in (r.remark or ""), r.remark
+            resp, _ = await c.pull(master, "BigBatch", 0, 0)
+            assert resp.code == R.TOPIC_NOT_EXIST or resp.ext_fields["maxOffset"] == "0"
+            r = await c.call(master, C.SEND_BATCH_MESSAGE, h.fields(), encode_batch(items[:1]))
+            assert r.code == R.SUCCESS, r.remark
+        finally:
+            await c.close()
+
+    run(t())
+
+
 def test_state_files_survive_a_clean_restart(cluster: Cluster, tmp_path: Path) -> None:
     master = cluster.addr("broker-a-master")
     cluster.stop("broker-a-master")

@@ -95,6 +95,13 @@ class SendProcessor:
             )
         born_host = peer_host(conn)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            limit = ctl.config.store.max_message_size
+            if len(cmd.body) > limit:  # as RocketMQ's store checks a batch: whole, not each
+                return response_to(
+                    cmd,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"the batch is {len(cmd.body)} bytes, maxMessageSize is {limit}",
+                )
             items = decode_batch(cmd.body)
             if not items:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
