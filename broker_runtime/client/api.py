@@ -101,6 +101,7 @@ class MQClientAPI:
         self.remoting = RemotingClient(ProcessorTable(dict(handlers or {})))
         self._ns_index = random.randrange(len(config.name_servers))
         self.timeout = config.request_timeout_s
+        self.refused: MQBrokerError | None = None  # the latest NO_PERMISSION answer (ACL)
 
     async def close(self) -> None:
         await self.remoting.close()
@@ -113,7 +114,10 @@ class MQClientAPI:
     async def invoke(
         self, addr: str, cmd: RemotingCommand, timeout: float | None = None
     ) -> RemotingCommand:
-        return await self.remoting.invoke(addr, self._sign(cmd), timeout or self.timeout)
+        resp = await self.remoting.invoke(addr, self._sign(cmd), timeout or self.timeout)
+        if resp.code == ResponseCode.NO_PERMISSION:
+            self.refused = MQBrokerError(resp.code, resp.remark, addr)
+        return resp
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self.remoting.invoke_oneway(addr, self._sign(cmd))

@@ -19,7 +19,13 @@ from typing import Self
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
-from broker_runtime.client.model import ConsumeFromWhere, MessageModel, PullStatus, ReceivedMessage
+from broker_runtime.client.model import (
+    ConsumeFromWhere,
+    MessageModel,
+    MQBrokerError,
+    PullStatus,
+    ReceivedMessage,
+)
 from broker_runtime.client.offset_store import (
     NO_OFFSET,
     LocalFileOffsetStore,
@@ -53,6 +59,7 @@ HALF_HOUR_MS = 30 * 60 * 1000
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    pull_errors: dict[MessageQueue, str]  # why a queue's last pull failed, until one succeeds
 
     def __init__(
         self,
@@ -148,10 +155,15 @@ class ConsumerBase:
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        """Raises MQBrokerError when a broker refuses this consumer (ACL: NO_PERMISSION)."""
         self._wakeup = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
+        self.pull_errors = {}
         await self.offset_store.load()
         await self.instance.start()
+        if self.refusal is not None:  # its heartbeats were refused: it would wait for ever
+            await self.instance.close()
+            raise self.refusal
         self.running = True
         self.instance.every(self.config.persist_offset_interval_s, self.persist_offsets)
         self._loop_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
@@ -189,6 +201,11 @@ class ConsumerBase:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pull_tasks.clear()
+
+    @property
+    def refusal(self) -> MQBrokerError | None:
+        """The latest NO_PERMISSION answer a broker gave this consumer (ACL), if any."""
+        return self.instance.api.refused
 
     async def persist_offsets(self) -> None:
         await self.offset_store.persist_all(list(self.pq_table))
@@ -341,8 +358,10 @@ class ConsumerBase:
                 )
             except Exception as e:
                 log.warning("%s: pull of %s failed: %s", self.client_id, mq, e)
+                self.pull_errors[mq] = str(e)
                 await asyncio.sleep(self.pull_delay_on_error_s)
                 continue
+            self.pull_errors.pop(mq, None)
             if pq.dropped:
                 return
             pq.last_pull_ms = self.clock.now_ms()
