@@ -19,6 +19,7 @@ from broker_runtime.client.model import (
     new_message,
 )
 from broker_runtime.client.producer import Producer
+from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.sync import SyncLitePullConsumer, SyncProducer
 from broker_runtime.common import aio
 from broker_runtime.remoting.protocol import ResponseCode
@@ -95,3 +96,14 @@ def test_signed_clients_work_and_unpermitted_ones_get_a_clear_error(tmp_path: Pa
                     break
             consumer.commit()
         assert {m.msg_id for m in got} == {r.msg_id for r in results} | set(batch.msg_ids)
+
+        async def refused_consumers() -> None:
+            for keys, group in ((APP, "not-my-group"), ((APP[0], "wrong-secret"), "orders-app")):
+                consumer = PushConsumer(cfg(keys), group, lambda msgs, ctx: None)
+                consumer.subscribe("Orders")
+                with pytest.raises(MQBrokerError) as refused:  # not a silent idle consumer
+                    await consumer.start()
+                assert refused.value.code == ResponseCode.NO_PERMISSION
+                assert consumer.refusal is not None and not consumer.running
+
+        aio.run(refused_consumers())
