@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker_runtime.broker.sql_filter import SqlFilterError, compile_sql
+from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
 from tests.interop.rocketmq import TARGET, classpath, java_argv
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from broker_runtime.broker.sql_filter import SqlFilterError, compile_sql
+from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
 from broker_runtime.common.java_values import JavaError, java_double, java_int, java_long
 
 
