@@ -61,11 +61,10 @@ async def fake_slave(host: str, port: int) -> tuple[bytes, asyncio.StreamWriter]
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(encode_report(0) + encode_report(1 << 60) * 3)
     got = b""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2.0
     try:
-        while len(got) < 1 << 16:
-            chunk = await asyncio.wait_for(reader.read(1 << 16), 2.0)
-            if not chunk:
-                break
+        while chunk := await asyncio.wait_for(reader.read(1 << 16), until - loop.time()):
             got += chunk
     except TimeoutError:
         pass
