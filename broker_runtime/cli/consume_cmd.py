@@ -126,8 +126,8 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     outcome: dict[str, Any] = {}
     try:
         while not enough.is_set() and time.monotonic() - last_arrival[0] < args.timeout:
-            if consumer.refusal is not None:
-                outcome["refused"] = str(consumer.refusal)
+            if consumer.instance.api.refused is not None:  # e.g. permissions changed since
+                outcome["refused"] = str(consumer.instance.api.refused)
                 break
             try:
                 await asyncio.wait_for(enough.wait(), 0.2)

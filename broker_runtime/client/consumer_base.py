@@ -19,13 +19,7 @@ from typing import Self
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
-from broker_runtime.client.model import (
-    ConsumeFromWhere,
-    MessageModel,
-    MQBrokerError,
-    PullStatus,
-    ReceivedMessage,
-)
+from broker_runtime.client.model import ConsumeFromWhere, MessageModel, PullStatus, ReceivedMessage
 from broker_runtime.client.offset_store import (
     NO_OFFSET,
     LocalFileOffsetStore,
@@ -165,9 +159,10 @@ class ConsumerBase:
         self.pull_errors = {}
         await self.offset_store.load()
         await self.instance.start()
-        if self.refusal is not None:  # its heartbeats were refused: it would wait for ever
+        refused = self.instance.api.refused
+        if refused is not None:  # its heartbeats were refused: it would wait for ever
             await self.instance.close()
-            raise self.refusal
+            raise refused
         self.running = True
         self.instance.every(self.config.persist_offset_interval_s, self.persist_offsets)
         self._loop_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
@@ -205,11 +200,6 @@ class ConsumerBase:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pull_tasks.clear()
-
-    @property
-    def refusal(self) -> MQBrokerError | None:
-        """The latest NO_PERMISSION answer a broker gave this consumer (ACL), if any."""
-        return self.instance.api.refused
 
     async def persist_offsets(self) -> None:
         await self.offset_store.persist_all(list(self.pq_table))
