@@ -128,9 +128,10 @@ DEFAULT_HALF_FRAME_IDLE_S = 30.0
 class RemotingServer:
     """A TCP server on `host:port` (0 = ephemeral) serving a ProcessorTable.
 
-    A connection whose unfinished frame takes the bytes buffered over all connections past
-    `max_buffered_bytes` is closed, and so is one that sends nothing for
-    `half_frame_idle_s` in the middle of a frame.
+    When unfinished frames take the bytes buffered over all connections past
+    `max_buffered_bytes`, the connections whose frames stalled longest are closed until they
+    fit; a connection that sends nothing for `half_frame_idle_s` in the middle of a frame
+    is closed too.
     """
 
     def __init__(
@@ -190,13 +191,16 @@ class RemotingServer:
             return
         self._partial.add(conn)
         conn.partial_since = now
-        if self.buffered > self.max_buffered_bytes:
+        while self.buffered > self.max_buffered_bytes:
+            # The connection whose frame waited longest since its last byte goes first: a
+            # client streaming a large frame right now is the least likely to be stalling.
+            stale = min(self._partial, key=lambda c: c.partial_since)
             log.warning(
                 "closing %s: unfinished frames on all connections hold %d bytes (limit %d)",
-                *(conn.peer, self.buffered, self.max_buffered_bytes),
+                *(stale.peer, self.buffered, self.max_buffered_bytes),
             )
-            conn.close(f"server buffer limit of {self.max_buffered_bytes} bytes reached")
-            self._account(conn, 0, now)
+            stale.close(f"server buffer limit of {self.max_buffered_bytes} bytes reached")
+            self._account(stale, 0, now)
 
     def _close_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
