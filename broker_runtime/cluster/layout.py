@@ -28,10 +28,12 @@ CLUSTER_FILE = "cluster.json"
 ROLES = ("namesrv", "master", "slave")
 
 
-def ha_secret_file(root: Path) -> Path:
-    """DIR/conf/ha-secret: the cluster's replication secret when it has no ACL (random,
-    readable by its owner only), made once."""
-    path = root / "conf" / "ha-secret"
+HA_SECRET = Path("conf") / "ha-secret"  # the replication secret of a cluster without ACL
+
+
+def make_ha_secret(root: Path) -> Path:
+    """DIR/conf/ha-secret, made once (random, readable by its owner only)."""
+    path = root / HA_SECRET
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

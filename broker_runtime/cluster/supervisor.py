@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from broker_runtime.acl.accounts import admin_account, load_accounts
-from broker_runtime.cluster.layout import ClusterLayout, NodeSpec, ha_secret_file
+from broker_runtime.cluster.layout import HA_SECRET, ClusterLayout, NodeSpec, make_ha_secret
 from broker_runtime.cluster.node import EXIT_PORT_IN_USE
 from broker_runtime.cluster.probe import Credentials, broker_info, namesrv_info
 
@@ -118,7 +118,7 @@ def _broker_config(s: ClusterSettings, layout: ClusterLayout, node: NodeSpec) ->
         data["acl_enable"] = True
         data["acl_file"] = str(s.acl_file)
     else:  # no ACL secret to authenticate slaves with: one made for this cluster
-        data["ha_secret_file"] = str(ha_secret_file(Path(layout.data_dir)))
+        data["ha_secret_file"] = str(Path(layout.data_dir) / HA_SECRET)
     for key, value in s.broker_settings.items():
         if key.startswith("store."):
             store[key[len("store.") :]] = value
@@ -297,6 +297,8 @@ def up(settings: ClusterSettings) -> ClusterLayout:
             )
     layout = plan(settings)
     Path(layout.data_dir).mkdir(parents=True, exist_ok=True)
+    if settings.acl_file is None:  # before the nodes start side by side
+        make_ha_secret(Path(layout.data_dir))
     layout.save()
     try:
         for role in ("namesrv", "master", "slave"):  # each role's nodes start side by side
