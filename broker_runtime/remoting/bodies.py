@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -28,9 +29,55 @@ class BodyError(ValueError):
     """A body that does not have the shape its request code promises."""
 
 
+# fastjson, which Apache RocketMQ's name server and broker write bodies with, leaves a map's
+# non-string keys unquoted: {0:"127.0.0.1:10911"} for a Long key (brokerAddrs), the object
+# itself for a MessageQueue key ({{"brokerName":..}:{..}}, ConsumeStats' offsetTable).
+# Anything else not a token (a stray quote) is a token of its own, which json.loads refuses.
+_FASTJSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+|\S', re.S)
+
+
+def _quote_keys(text: str) -> str:
+    """fastjson's text as strict JSON: a key that is not a string becomes the string of its
+    own JSON text (`0` -> "0", `{"queueId":0}` -> "{\"queueId\":0}"), keys inside it too;
+    everything else is kept token for token."""
+    tokens = _FASTJSON_TOKEN.findall(text)
+    out: list[str] = []
+    stack: list[str] = []  # the open brackets
+    key_next = False  # the next token is where an object's key goes
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if key_next and tok not in ("}", ",") and not tok.startswith('"'):
+            end, depth = i, 0
+            while end < len(tokens):  # the key's tokens: up to the ':' at the key's depth
+                depth += tokens[end] in ("{", "[")
+                depth -= tokens[end] in ("}", "]")
+                if depth == 0 and tokens[end + 1 : end + 2] == [":"]:
+                    break
+                end += 1
+            out.append(json.dumps(_quote_keys("".join(tokens[i : end + 1]))))
+            i, key_next = end + 1, False
+            continue
+        out.append(tok)
+        if tok in ("{", "["):
+            stack.append(tok)
+        elif tok in ("}", "]") and stack:
+            stack.pop()
+        key_next = bool(stack) and stack[-1] == "{" and tok in ("{", ",")
+        i += 1
+    return "".join(out)
+
+
 def _load(raw: bytes, what: str) -> dict[str, Any]:
+    """A JSON object body, strict JSON or as fastjson writes it (see `_quote_keys`)."""
     try:
-        data = json.loads(raw)
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as strict:
+            try:
+                data = json.loads(_quote_keys(raw.decode()))
+            except json.JSONDecodeError:
+                raise strict from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BodyError(f"{what} body is not JSON: {e}") from None
     if not isinstance(data, dict):
