@@ -39,7 +39,7 @@ from broker_runtime.remoting.headers import (
     TopicQueueHeader,
     UnregisterClientRequestHeader,
 )
-from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.remoting.protocol import CLIENT_VERSION, RequestCode, ResponseCode
 from broker_runtime.remoting.server import Processor, ProcessorTable
 from broker_runtime.store.record_codec import RecordError, check_unit, decode
 
@@ -106,6 +106,9 @@ class MQClientAPI:
         await self.remoting.close()
 
     def _sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Every request of the client: its version (brokers act on it), and the ACL
+        signature when keys are set."""
+        cmd.version = CLIENT_VERSION
         if self.config.access_key is not None and self.config.secret_key is not None:
             sign_command(cmd, self.config.access_key, self.config.secret_key)
         return cmd

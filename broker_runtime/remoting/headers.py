@@ -123,6 +123,10 @@ class SendMessageRequestHeader(Header):
     reconsume_times: int = 0
     max_reconsume_times: int | None = None
     batch: bool = False
+    # Apache RocketMQ's broker reads these on every send (CFNotNull): the topic whose config
+    # a topic it does not know yet is created from, and how many queues it then gets.
+    default_topic: str = "TBW102"
+    default_topic_queue_nums: int = 4
 
 
 @dataclasses.dataclass(slots=True)
@@ -146,6 +150,7 @@ class PullMessageRequestHeader(Header):
     suspend_timeout_millis: int = 0  # > 0: long polling
     subscription: str = "*"  # tag expression: "*" or "TAGA || TAGB"
     client_id: str | None = None
+    sub_version: int = 0  # CFNotNull in Apache RocketMQ (its client sends the build time)
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,0 +1,127 @@
+"""What Apache RocketMQ's name server and broker need of mqaudit's client requests, against
+scripted ones on loopback that answer as the real ones do (fastjson bodies) and keep every
+request they get. The interop tests (tests/interop/test_our_clients.py) show the same
+against the real processes; these say which field or answer it was, without a JVM."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker_runtime.client.model import SendStatus, new_message
+from broker_runtime.client.producer import Producer
+from broker_runtime.remoting.command import RemotingCommand, response_to
+from broker_runtime.remoting.connection import Connection
+from broker_runtime.remoting.headers import (
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
+from broker_runtime.remoting.protocol import MQVersion, RequestCode, ResponseCode
+from broker_runtime.remoting.server import ProcessorTable, RemotingServer
+
+R = ResponseCode
+
+
+async def with_fastjson_peers(topics: set[str]) -> list[RemotingCommand]:
+    """Send to each topic of `topics` (known to the name server) and to one it does not
+    know; every request the name server and the broker got."""
+    got: list[RemotingCommand] = []
+
+    async def send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        got.append(cmd)
+        h = SendMessageRequestHeader.decode(cmd)
+        out = SendMessageResponseHeader("7F00000100002A9F0000000000000000", h.queue_id, 0)
+        return response_to(cmd, R.SUCCESS, fields=out.fields())
+
+    async def ok(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        got.append(cmd)
+        return response_to(cmd, R.SUCCESS)
+
+    broker = RemotingServer(
+        ProcessorTable({RequestCode.SEND_MESSAGE: send, RequestCode.UNREGISTER_CLIENT: ok})
+    )
+    await broker.start()
+    addr = f"127.0.0.1:{broker.port}".encode()
+
+    async def route(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        got.append(cmd)
+        if cmd.ext_fields.get("topic") not in topics:
+            return response_to(cmd, R.TOPIC_NOT_EXIST, "No topic route info in name server")
+        body = (  # as Apache RocketMQ 4.9.7's name server writes it for a version-0 request
+            b'{"brokerDatas":[{"brokerAddrs":{0:"' + addr + b'"},"brokerName":"broker-r",'
+            b'"cluster":"interop"}],"filterServerTable":{},"queueDatas":[{"brokerName":'
+            b'"broker-r","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
+        )
+        return response_to(cmd, R.SUCCESS, body=body)
+
+    async def cluster(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        got.append(cmd)
+        body = (
+            b'{"brokerAddrTable":{"broker-r":{"brokerAddrs":{0:"' + addr + b'"},'
+            b'"brokerName":"broker-r","cluster":"interop"}},'
+            b'"clusterAddrTable":{"interop":["broker-r"]}}'
+        )
+        return response_to(cmd, R.SUCCESS, body=body)
+
+    ns = RemotingServer(
+        ProcessorTable(
+            {
+                RequestCode.GET_ROUTEINFO_BY_TOPIC: route,
+                RequestCode.GET_BROKER_CLUSTER_INFO: cluster,
+            }
+        )
+    )
+    await ns.start()
+    try:
+        async with Producer(f"127.0.0.1:{ns.port}", "PG") as p:
+            for topic in [*sorted(topics), "NewTopic"]:
+                result = await p.send(new_message(topic, b"x"))
+                assert result.status is SendStatus.SEND_OK
+    finally:
+        await ns.close()
+        await broker.close()
+    return got
+
+
+def test_sends_to_a_known_and_an_unknown_topic_through_fastjson_routes() -> None:
+    got = asyncio.run(with_fastjson_peers({"Known"}))
+    sends = [c for c in got if c.code == RequestCode.SEND_MESSAGE]
+    assert [c.ext_fields["topic"] for c in sends] == ["Known", "NewTopic"]
+    # The broker creates a topic it does not know from defaultTopic's config with
+    # defaultTopicQueueNums queues; without them Apache RocketMQ's broker failed the send
+    # with a NullPointerException (msgCheck).
+    assert {
+        (c.ext_fields["defaultTopic"], c.ext_fields["defaultTopicQueueNums"]) for c in sends
+    } == {("TBW102", "4")}
+    # NewTopic: the route came from the cluster info's brokerAddrs {0:"..."} (fastjson).
+    assert RequestCode.GET_BROKER_CLUSTER_INFO in {c.code for c in got}
+
+
+def test_every_request_says_it_is_a_4_9_7_client() -> None:
+    """Apache RocketMQ's broker reads a send-back's maxReconsumeTimes only from a client of
+    V3_4_9 or later (version 0 got the group's 16 retries), and tells consumers of an
+    admin's offset reset only from V3_0_7 on."""
+    got = asyncio.run(with_fastjson_peers({"Known"}))
+    assert {c.code for c in got} >= {
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.GET_BROKER_CLUSTER_INFO,
+        RequestCode.SEND_MESSAGE,
+        RequestCode.UNREGISTER_CLIENT,
+    }
+    assert {c.version for c in got} == {MQVersion.V4_9_7} == {593}
+
+
+def test_a_pull_carries_every_field_the_real_broker_requires() -> None:
+    """PullMessageRequestHeader's CFNotNull fields (4.9.7), subVersion among them."""
+    fields = PullMessageRequestHeader("G", "T", 0, 0).fields()
+    assert set(fields) >= {
+        "consumerGroup",
+        "topic",
+        "queueId",
+        "queueOffset",
+        "maxMsgNums",
+        "sysFlag",
+        "commitOffset",
+        "suspendTimeoutMillis",
+        "subVersion",
+    }
