@@ -49,6 +49,11 @@ from broker_runtime.remoting.protocol import RequestCode
 log = logging.getLogger(__name__)
 
 HALF_HOUR_MS = 30 * 60 * 1000
+# Apache RocketMQ's broker looks at held pulls every 5 s (PullRequestHoldService), so an
+# idle queue's long poll is answered up to 5 s after its suspendTimeoutMillis: a client
+# that waits only the suspend time plus its request timeout gives up first (and its next
+# pull waits pull_delay_on_error_s).
+HOLD_CHECK_S = 5.0
 
 
 class ConsumerBase:
@@ -325,7 +330,7 @@ class ConsumerBase:
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         """Pull `mq` from `offset` until dropped (pullMessage and its PullCallback as a loop)."""
         clustering = self.model is MessageModel.CLUSTERING
-        timeout_s = self.suspend_ms / 1000 + self.config.request_timeout_s
+        timeout_s = self.suspend_ms / 1000 + HOLD_CHECK_S + self.config.request_timeout_s
         while self.running and not pq.dropped:
             if self._flow_controlled(pq):
                 await asyncio.sleep(0.05)

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import asyncio
 
+from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import SendStatus, new_message
 from broker_runtime.client.producer import Producer
+from broker_runtime.client.rebalance import MessageQueue
+from broker_runtime.remoting.bodies import BrokerData, QueueData, TopicRouteData
 from broker_runtime.remoting.command import RemotingCommand, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import (
+    OffsetResponseHeader,
     PullMessageRequestHeader,
+    PullMessageResponseHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
@@ -125,3 +131,64 @@ def test_a_pull_carries_every_field_the_real_broker_requires() -> None:
         "suspendTimeoutMillis",
         "subVersion",
     }
+
+
+def test_a_long_poll_held_past_its_suspend_time_is_waited_for() -> None:
+    """Apache RocketMQ's broker answers a held pull at its next 5 s check after
+    suspendTimeoutMillis: the client waits that long, not suspend + request timeout (it
+    timed out, logged, and waited pull_delay_on_error_s before pulling again)."""
+    pulls: list[float] = []
+    late_s = 1.2  # past suspend + request timeout, within the broker's 5 s check
+
+    async def pull(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = PullMessageRequestHeader.decode(cmd)
+        pulls.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(h.suspend_timeout_millis / 1000 + late_s)
+        out = PullMessageResponseHeader(h.queue_offset, 0, 0)
+        return response_to(cmd, R.PULL_NOT_FOUND, fields=out.fields())
+
+    async def offset(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return response_to(cmd, R.SUCCESS, fields=OffsetResponseHeader(0).fields())
+
+    async def ok(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return response_to(cmd, R.SUCCESS)
+
+    async def t() -> None:
+        broker = RemotingServer(
+            ProcessorTable(
+                {
+                    RequestCode.PULL_MESSAGE: pull,
+                    RequestCode.QUERY_CONSUMER_OFFSET: offset,
+                    RequestCode.HEART_BEAT: ok,
+                    RequestCode.UNREGISTER_CLIENT: ok,
+                    RequestCode.UPDATE_CONSUMER_OFFSET: ok,
+                }
+            )
+        )
+        await broker.start()
+        route = TopicRouteData(
+            [QueueData("broker-r", 1, 1)],
+            [BrokerData("interop", "broker-r", {0: f"127.0.0.1:{broker.port}"})],
+        ).encode()
+
+        async def routes(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+            return response_to(cmd, R.SUCCESS, body=route)
+
+        ns = RemotingServer(ProcessorTable({RequestCode.GET_ROUTEINFO_BY_TOPIC: routes}))
+        await ns.start()
+        config = ClientConfig(f"127.0.0.1:{ns.port}", request_timeout_s=0.5)
+        consumer = LitePullConsumer(config, "G", suspend_ms=300, pull_delay_on_error_s=5.0)
+        try:
+            await consumer.assign([MessageQueue("T", "broker-r", 0)])
+            await consumer.start()
+            async with asyncio.timeout(10):
+                while len(pulls) < 2:
+                    await asyncio.sleep(0.05)
+        finally:
+            await consumer.shutdown()
+            await ns.close()
+            await broker.close()
+        # The second pull followed the first one's (late) answer, not a timeout + 5 s delay.
+        assert pulls[1] - pulls[0] < 0.3 + late_s + 1.0
+
+    asyncio.run(t())
