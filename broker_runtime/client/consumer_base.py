@@ -58,6 +58,7 @@ HOLD_CHECK_S = 5.0
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    commit_on_pull = True  # piggy-back the queue's offset on each pull (push consumers do)
 
     def __init__(
         self,
@@ -338,7 +339,7 @@ class ConsumerBase:
             sub = self._subscription(mq.topic)
             if sub is None:
                 return
-            commit = self.offset_store.table.get(mq) if clustering else None
+            commit = self.offset_store.table.get(mq) if clustering and self.commit_on_pull else None
             started = time.monotonic()
             try:
                 result = await self.puller.pull(
