@@ -225,6 +225,37 @@ class HeartbeatData:
             raise BodyError(f"heartbeat body has a bad shape: {e!r}") from None
 
 
+def offset_table_rows(
+    data: dict[str, Any], what: str, value: str = "offset"
+) -> list[dict[str, Any]]:
+    """The `offsetTable` of a ConsumeStats, TopicStatsTable or ResetOffsetBody: one row per
+    queue, its topic, brokerName and queueId beside the queue's figures.
+
+    Apache RocketMQ keys that table by MessageQueue (here the key is that queue's JSON, see
+    `_quote_keys`), its value an object of figures or one number (named `value` in the row);
+    mqaudit's broker writes the rows themselves.
+    """
+    table = data.get("offsetTable", [])
+    rows: list[Any]
+    if isinstance(table, list):
+        rows = table
+    elif isinstance(table, dict):
+        rows = []
+        for key, figures in table.items():
+            try:
+                mq = json.loads(key)
+            except json.JSONDecodeError:
+                raise BodyError(f"{what} offsetTable key {key!r} is not a message queue") from None
+            rows.append({**mq, **(figures if isinstance(figures, dict) else {value: figures})})
+    else:
+        raise BodyError(f"{what} offsetTable is neither rows nor a table")
+    for row in rows:
+        if not isinstance(row, dict):
+            raise BodyError(f"{what} offsetTable entry {row!r} is not an object")
+        _mq_of(row)
+    return rows
+
+
 def encode_json(obj: object) -> bytes:
     """Any other body: plain JSON (dataclasses as dicts)."""
     return _dump(asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj)  # type: ignore[call-overload]

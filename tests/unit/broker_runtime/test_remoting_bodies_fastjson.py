@@ -9,7 +9,12 @@ import json
 
 import pytest
 
-from broker_runtime.remoting.bodies import BodyError, TopicRouteData, decode_json
+from broker_runtime.remoting.bodies import (
+    BodyError,
+    TopicRouteData,
+    decode_json,
+    offset_table_rows,
+)
 
 # GET_ROUTEINFO_BY_TOPIC (105) of TBW102, asked with request version 0 (below V4_9_4 the
 # name server answers fastjson's default output).
@@ -29,6 +34,18 @@ CONSUME_STATS = (
     b'{"brokerOffset":2,"consumerOffset":2,"lastTimestamp":1795692651159},'
     b'{"brokerName":"broker-r","queueId":1,"topic":"OcT1"}:'
     b'{"brokerOffset":4,"consumerOffset":3,"lastTimestamp":1795692652404}}}'
+)
+
+# GET_TOPIC_STATS_INFO (202): TopicStatsTable, MessageQueue keys too.
+TOPIC_STATS = (
+    b'{"offsetTable":{{"brokerName":"broker-r","queueId":0,"topic":"OcT1"}:'
+    b'{"lastUpdateTimestamp":1795692651159,"maxOffset":2,"minOffset":0}}}'
+)
+# INVOKE_BROKER_TO_RESET_OFFSET (222) answer, the same ResetOffsetBody the broker sends each
+# online consumer of the group with RESET_CONSUMER_CLIENT_OFFSET: a number per queue.
+RESET = (
+    b'{"offsetTable":{{"brokerName":"broker-r","queueId":0,"topic":"OcT1"}:0,'
+    b'{"brokerName":"broker-r","queueId":1,"topic":"OcT1"}:7}}'
 )
 
 
@@ -83,3 +100,32 @@ def test_what_is_neither_json_nor_fastjson_is_refused_by_name(bad: bytes) -> Non
 def test_a_non_object_is_refused() -> None:
     with pytest.raises(BodyError, match="not a JSON object"):
         decode_json(b"[{0:1}]", "t")
+
+
+def test_offset_tables_keyed_by_message_queue_become_rows() -> None:
+    q0 = {"brokerName": "broker-r", "queueId": 0, "topic": "OcT1"}
+    q1 = {**q0, "queueId": 1}
+    assert offset_table_rows(decode_json(CONSUME_STATS, "208"), "stats") == [
+        {**q0, "brokerOffset": 2, "consumerOffset": 2, "lastTimestamp": 1795692651159},
+        {**q1, "brokerOffset": 4, "consumerOffset": 3, "lastTimestamp": 1795692652404},
+    ]
+    assert offset_table_rows(decode_json(TOPIC_STATS, "202"), "stats") == [
+        {**q0, "lastUpdateTimestamp": 1795692651159, "maxOffset": 2, "minOffset": 0}
+    ]
+    assert offset_table_rows(decode_json(RESET, "222"), "reset") == [
+        {**q0, "offset": 0},
+        {**q1, "offset": 7},
+    ]
+    # mqaudit's broker writes the rows themselves: taken as they are.
+    assert offset_table_rows({"offsetTable": [{**q0, "offset": 3}]}, "reset") == [
+        {**q0, "offset": 3}
+    ]
+
+
+@pytest.mark.parametrize(
+    "table",
+    [{"x": 1}, 5, [{"topic": "T"}], ["row"], {'{"topic":"T","brokerName":"b"}': 1}],
+)
+def test_an_offset_table_without_queues_is_refused(table: object) -> None:
+    with pytest.raises(BodyError):
+        offset_table_rows({"offsetTable": table}, "stats")
