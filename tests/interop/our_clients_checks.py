@@ -77,11 +77,16 @@ def check_seen_by_java(
         assert decode_offset_msg_id(result.offset_msg_id)[1] == row["commitLogOffset"]
 
 
-def mqaudit(*args: str) -> Any:
-    """Run the mqaudit CLI to its end; the JSON of its last stdout line."""
+def mqaudit_out(*args: str) -> str:
+    """Run the mqaudit CLI to its end; what it printed on stdout."""
     done = subprocess.run(mqaudit_cmd(*args), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return done.stdout
+
+
+def mqaudit(*args: str) -> Any:
+    """The JSON of the last line mqaudit printed."""
+    return json.loads(mqaudit_out(*args).splitlines()[-1])
 
 
 def check_seen_by_ours(m: ReceivedMessage, ack: dict[str, Any], topic: str) -> None:
@@ -109,7 +114,12 @@ def check_ours_seen_by_ours(m: ReceivedMessage, sent: Message, result: SendResul
 
 def consumer_progress(ns: str, group: str) -> dict[tuple[str, int], tuple[int, int]]:
     """mqadmin consumerProgress: (topic, queue) -> (broker offset, consumer offset)."""
-    out = mqadmin(ns, "consumerProgress", "-g", group)
+    return progress_table(mqadmin(ns, "consumerProgress", "-g", group))
+
+
+def progress_table(out: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """The rows of a consumer progress table (mqadmin's or `mqaudit admin`'s: topic,
+    broker, queue, broker offset, consumer offset, diff, last time)."""
     rows = [line.split() for line in out.splitlines()]
     table = {
         (r[0], int(r[2])): (int(r[3]), int(r[4])) for r in rows if len(r) >= 6 and r[2].isdigit()

@@ -34,10 +34,12 @@ from tests.interop.our_clients_checks import (
     check_seen_by_ours,
     consumer_progress,
     mqaudit,
+    mqaudit_out,
     nth,
     ours,
+    progress_table,
 )
-from tests.interop.rocketmq import java
+from tests.interop.rocketmq import java, mqadmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -185,6 +187,11 @@ def test_what_the_official_producer_sends_our_consumers_receive(
                 lite.add(await puller.poll(5.0))
             await puller.commit()
             await asyncio.gather(push.wait(8), orderly.wait(8), *(g.wait(12) for g in bcast))
+            # mqadmin moves the push group back to the start; the broker tells our consumer,
+            # which takes its queues again from there (a client below V3_0_7 is refused).
+            args = ("resetOffsetByTime", "-g", "oc_push_tags", "-t", topic, "-s", "0")
+            await asyncio.to_thread(mqadmin, ns, *args)
+            await push.wait(16)
             highest = {
                 mq: max(m.queue_offset for m in lite.msgs if m.mq == mq) + 1
                 for mq in puller.pq_table
@@ -195,7 +202,9 @@ def test_what_the_official_producer_sends_our_consumers_receive(
                 await c.shutdown()
 
     asyncio.run(run())
-    assert sorted(m.msg_id for m in push.msgs) == sorted(official)  # TagA only, each once
+    # The tag filter: TagA only, each once, then each once more after the reset.
+    assert sorted(m.msg_id for m in push.msgs[:8]) == sorted(official)
+    assert sorted(m.msg_id for m in push.msgs[8:]) == sorted(official)
     assert sorted(m.msg_id for m in orderly.msgs) == sorted(official)
     for q in (0, 1):  # orderly: each queue in the order its shard was sent
         assert [int(m.body[5:]) for m in orderly.msgs if m.queue_id == q] == list(range(q, 8, 2))
@@ -214,6 +223,14 @@ def test_what_the_official_producer_sends_our_consumers_receive(
     queues = {k: v for k, v in progress.items() if k[0] == topic}
     assert len(queues) == 4 and all(broker == mine_ for broker, mine_ in queues.values())
     assert sum(broker for broker, _ in queues.values()) == 12
+    # `mqaudit admin` reads the same from the real broker (ConsumeStats keyed by queue).
+    ours_view = mqaudit_out(
+        "admin", "consumer-progress", "--namesrv", ns, "--group", "oc_push_tags"
+    )
+    assert progress_table(ours_view) == progress
+    status = mqaudit_out("admin", "topic-status", "--namesrv", ns, "--topic", topic).splitlines()
+    max_offsets = {(topic, int(r[1])): int(r[3]) for r in map(str.split, status[1:])}
+    assert max_offsets == {k: broker for k, (broker, _) in queues.items()}
     # ... and the official LitePullConsumer of the lite-pull group starts where it committed.
     later: dict[str, tuple[Message, SendResult]] = {}
 
