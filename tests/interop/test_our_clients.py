@@ -108,8 +108,21 @@ def test_what_our_producers_send_the_official_consumer_receives(
     got = [r for r in rows if "msgId" in r]
     by_body = {r["body"]: r for r in got}
     assert len(by_body) == len(got) == len(sent) + 3  # each once, nothing else
+    seen = {r["msgId"]: r for r in got}
     for msg, result in sent:
         check_seen_by_java(by_body.pop(msg.body.decode()), msg, result)
+    # `mqaudit admin query-msg` finds one by UNIQ_KEY on the real broker (QUERY_MESSAGE, its
+    # index), as the official consumer saw it.
+    msg, _ = sent[0]
+    uid = msg.properties[UNIQ_KEY]
+    (found,) = mqaudit(
+        "admin", "query-msg", "--namesrv", ns, "--topic", topic, "--id", uid, "--json"
+    )
+    java_row = seen[uid]
+    java_props = {k: v for k, v in java_row["properties"].items() if k not in JAVA_CONSUMER_ADDS}
+    assert found["properties"] == java_props
+    for name in ("msgId", "topic", "queueId", "queueOffset", "commitLogOffset", "body"):
+        assert found[name] == java_row[name], name
     for i in range(3):  # the CLI's: body "msg-i:" padded to --size, key key-i, its tag
         row = by_body.pop(f"msg-{i}:" + "x" * (16 - len(f"msg-{i}:")))
         assert (row["keys"], row["tags"]) == (f"key-{i}", "TagC")
