@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_runtime.client.api import FLAG_COMMIT_OFFSET
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import SendStatus, new_message
@@ -23,7 +22,12 @@ from broker_runtime.remoting.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from broker_runtime.remoting.protocol import MQVersion, RequestCode, ResponseCode
+from broker_runtime.remoting.protocol import (
+    FLAG_COMMIT_OFFSET,
+    MQVersion,
+    RequestCode,
+    ResponseCode,
+)
 from broker_runtime.remoting.server import ProcessorTable, RemotingServer
 
 R = ResponseCode
