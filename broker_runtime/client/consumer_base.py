@@ -210,8 +210,10 @@ class ConsumerBase:
             self._wakeup.set()
 
     async def _on_reset_offset(self, cmd: RemotingCommand, conn: Connection) -> None:
-        """An admin moved the group's offsets: drop those queues and take them again from
-        the new offsets (in-flight results of the old process queues are not committed)."""
+        """An admin moved the group's offsets: drop those queues, commit the new offsets and
+        take the queues again from there (in-flight results of the old process queues are
+        not committed). The commit is the client's job: Apache RocketMQ's broker only passes
+        the offsets on (MQClientInstance.resetOffset commits them as it drops the queues)."""
         if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
             return
         try:
@@ -232,7 +234,7 @@ class ConsumerBase:
                     pq.dropped = True
                     self._queue_removed(mq, pq)
                 self.offset_store.table.update(mq, offset)
-                self.offset_store.table.dirty.discard(mq)  # the broker has it already
+                await self.offset_store.persist(mq)
         log.info("%s: offsets reset by admin for %d queue(s)", self.client_id, len(reset))
         self.rebalance_now()
 

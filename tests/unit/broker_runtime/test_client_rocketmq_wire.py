@@ -10,10 +10,12 @@ import asyncio
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import SendStatus, new_message
+from broker_runtime.client.offset_store import RemoteBrokerOffsetStore
 from broker_runtime.client.producer import Producer
+from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.remoting.bodies import BrokerData, QueueData, TopicRouteData
-from broker_runtime.remoting.command import RemotingCommand, response_to
+from broker_runtime.remoting.command import RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import (
     OffsetResponseHeader,
@@ -227,3 +229,34 @@ def test_a_lite_pull_waits_for_a_long_poll_held_past_its_suspend_time() -> None:
         assert set(commits) == {(0, -1)}
 
     asyncio.run(t())
+
+
+def test_an_offset_reset_from_the_real_broker_is_committed_by_the_consumer() -> None:
+    """RESET_CONSUMER_CLIENT_OFFSET as Apache RocketMQ 4.9.7's broker sends it (a
+    ResetOffsetBody keyed by MessageQueue, fastjson): it commits nothing itself, so the
+    consumer commits the new offsets before taking its queues again (as MQClientInstance
+    .resetOffset); else it read back its old offsets and nothing was consumed again."""
+    body = (
+        b'{"offsetTable":{{"brokerName":"broker-r","queueId":0,"topic":"T"}:0,'
+        b'{"brokerName":"broker-r","queueId":1,"topic":"T"}:3}}'
+    )
+    commits: list[tuple[MessageQueue, int]] = []
+
+    async def commit(mq: MessageQueue, offset: int) -> None:
+        commits.append((mq, offset))
+
+    async def fetch(mq: MessageQueue) -> int:
+        return 8
+
+    async def t() -> None:
+        consumer = PushConsumer("127.0.0.1:9876", "G", lambda msgs, ctx: None)
+        consumer.offset_store = RemoteBrokerOffsetStore(fetch, commit)
+        consumer._rebalance_lock = asyncio.Lock()
+        for q in (0, 1):
+            consumer.offset_store.update(MessageQueue("T", "broker-r", q), 8)
+        header = {"topic": "T", "group": "G", "timestamp": "0", "isForce": "true"}
+        note = request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body)
+        await consumer._on_reset_offset(note, None)  # type: ignore[arg-type]
+
+    asyncio.run(t())
+    assert commits == [(MessageQueue("T", "broker-r", 0), 0), (MessageQueue("T", "broker-r", 1), 3)]
