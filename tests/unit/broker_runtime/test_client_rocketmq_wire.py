@@ -30,9 +30,16 @@ from broker_runtime.remoting.protocol import (
     RequestCode,
     ResponseCode,
 )
-from broker_runtime.remoting.server import ProcessorTable, RemotingServer
+from broker_runtime.remoting.server import Processor, ProcessorTable, RemotingServer
 
 R = ResponseCode
+
+
+async def serve(handlers: dict[int, Processor]) -> RemotingServer:
+    """A scripted name server or broker on loopback, answering `handlers`' request codes."""
+    server = RemotingServer(ProcessorTable(handlers))
+    await server.start()
+    return server
 
 
 async def with_fastjson_peers(topics: set[str]) -> list[RemotingCommand]:
@@ -50,16 +57,13 @@ async def with_fastjson_peers(topics: set[str]) -> list[RemotingCommand]:
         got.append(cmd)
         return response_to(cmd, R.SUCCESS)
 
-    broker = RemotingServer(
-        ProcessorTable(
-            {
-                RequestCode.SEND_MESSAGE: send,
-                RequestCode.SEND_BATCH_MESSAGE: send,
-                RequestCode.UNREGISTER_CLIENT: ok,
-            }
-        )
+    broker = await serve(
+        {
+            RequestCode.SEND_MESSAGE: send,
+            RequestCode.SEND_BATCH_MESSAGE: send,
+            RequestCode.UNREGISTER_CLIENT: ok,
+        }
     )
-    await broker.start()
     addr = f"127.0.0.1:{broker.port}".encode()
 
     async def route(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -82,15 +86,12 @@ async def with_fastjson_peers(topics: set[str]) -> list[RemotingCommand]:
         )
         return response_to(cmd, R.SUCCESS, body=body)
 
-    ns = RemotingServer(
-        ProcessorTable(
-            {
-                RequestCode.GET_ROUTEINFO_BY_TOPIC: route,
-                RequestCode.GET_BROKER_CLUSTER_INFO: cluster,
-            }
-        )
+    ns = await serve(
+        {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: cluster,
+        }
     )
-    await ns.start()
     try:
         async with Producer(f"127.0.0.1:{ns.port}", "PG") as p:
             for topic in [*sorted(topics), "NewTopic"]:
@@ -189,18 +190,15 @@ def test_a_lite_pull_waits_for_a_long_poll_held_past_its_suspend_time() -> None:
         return response_to(cmd, R.SUCCESS)
 
     async def t() -> None:
-        broker = RemotingServer(
-            ProcessorTable(
-                {
-                    RequestCode.PULL_MESSAGE: pull,
-                    RequestCode.QUERY_CONSUMER_OFFSET: offset,
-                    RequestCode.HEART_BEAT: ok,
-                    RequestCode.UNREGISTER_CLIENT: ok,
-                    RequestCode.UPDATE_CONSUMER_OFFSET: ok,
-                }
-            )
+        broker = await serve(
+            {
+                RequestCode.PULL_MESSAGE: pull,
+                RequestCode.QUERY_CONSUMER_OFFSET: offset,
+                RequestCode.HEART_BEAT: ok,
+                RequestCode.UNREGISTER_CLIENT: ok,
+                RequestCode.UPDATE_CONSUMER_OFFSET: ok,
+            }
         )
-        await broker.start()
         route = TopicRouteData(
             [QueueData("broker-r", 1, 1)],
             [BrokerData("interop", "broker-r", {0: f"127.0.0.1:{broker.port}"})],
@@ -209,8 +207,7 @@ def test_a_lite_pull_waits_for_a_long_poll_held_past_its_suspend_time() -> None:
         async def routes(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
             return response_to(cmd, R.SUCCESS, body=route)
 
-        ns = RemotingServer(ProcessorTable({RequestCode.GET_ROUTEINFO_BY_TOPIC: routes}))
-        await ns.start()
+        ns = await serve({RequestCode.GET_ROUTEINFO_BY_TOPIC: routes})
         config = ClientConfig(f"127.0.0.1:{ns.port}", request_timeout_s=0.5)
         consumer = LitePullConsumer(config, "G", suspend_ms=300, pull_delay_on_error_s=5.0)
         try:
