@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import SendStatus, new_message
 from broker_runtime.client.offset_store import RemoteBrokerOffsetStore
 from broker_runtime.client.producer import Producer
+from broker_runtime.client.puller import Puller
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
-from broker_runtime.remoting.bodies import BrokerData, QueueData, TopicRouteData
+from broker_runtime.client.tag_filter import parse
+from broker_runtime.remoting.bodies import BrokerData, HeartbeatData, QueueData, TopicRouteData
 from broker_runtime.remoting.command import RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import (
@@ -257,3 +260,33 @@ def test_an_offset_reset_from_the_real_broker_is_committed_by_the_consumer() -> 
 
     asyncio.run(t())
     assert commits == [(MessageQueue("T", "broker-r", 0), 0), (MessageQueue("T", "broker-r", 1), 3)]
+
+
+def test_a_pull_carries_a_commit_offset_only_past_zero() -> None:
+    """As DefaultMQPushConsumerImpl (commitOffsetValue > 0): a queue's first pulls carried
+    its start, 0; the real broker handled one after the consumer's commit and stored the 0
+    ("[NOTIFYME]update consumer offset less than store ... requestOffset=0, storeOffset=6")."""
+    flags: list[tuple[int, int]] = []
+
+    async def pull(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        h = PullMessageRequestHeader.decode(cmd)
+        flags.append((h.sys_flag & FLAG_COMMIT_OFFSET, h.commit_offset))
+        out = PullMessageResponseHeader(h.queue_offset, 0, 0)
+        return response_to(cmd, R.PULL_NOT_FOUND, fields=out.fields())
+
+    async def t() -> None:
+        broker = await serve({RequestCode.PULL_MESSAGE: pull})
+        instance = ClientInstance(
+            ClientConfig("127.0.0.1:9876"), "c", lambda: HeartbeatData("c"), lambda: []
+        )
+        instance.brokers["broker-r"] = {0: f"127.0.0.1:{broker.port}"}
+        puller = Puller(instance, "G")
+        try:
+            for commit in (0, 5):
+                await puller.pull(MessageQueue("T", "broker-r", 0), parse("T", "*"), 0, 32, commit)
+        finally:
+            await instance.close()
+            await broker.close()
+
+    asyncio.run(t())
+    assert flags == [(0, -1), (FLAG_COMMIT_OFFSET, 5)]
