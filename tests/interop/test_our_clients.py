@@ -290,6 +290,11 @@ def test_what_the_official_producer_sends_our_consumers_receive(
         "--timeout",
         "10",
     ) == {"consumed": 14, "unique": 14}
+    # What it committed as it stopped stays: the end of every queue.
+    cli_view = mqaudit_out("admin", "consumer-progress", "--namesrv", ns, "--group", "oc_cli")
+    cli_progress = {k: v for k, v in progress_table(cli_view).items() if k[0] == topic}
+    assert len(cli_progress) == 4 and sum(b for b, _ in cli_progress.values()) == 14
+    assert all(broker == committed for broker, committed in cli_progress.values()), cli_view
 
 
 def test_failed_messages_go_to_retry_then_dlq_on_the_real_broker(
