@@ -77,34 +77,11 @@ def test_what_our_producers_send_the_official_consumer_receives(
         m = ours(topic, 14)
         sp.send_oneway(m)
         sent.append((m, None))
-    assert mqaudit(
-        "produce",
-        "--namesrv",
-        ns,
-        "--topic",
-        topic,
-        "--count",
-        "3",
-        "--keys",
-        "--tags",
-        "TagC",
-        "--size",
-        "16",
-    ) == {"sent": 3, "failed": 0}
+    cli_args = f"--topic {topic} --count 3 --keys --tags TagC --size 16".split()
+    assert mqaudit("produce", "--namesrv", ns, *cli_args) == {"sent": 3, "failed": 0}
 
-    rows = java(
-        "PushConsumer",
-        "--namesrv",
-        ns,
-        "--topic",
-        topic,
-        "--group",
-        "oc_java_reader",
-        "--expect",
-        str(len(sent) + 3),
-        "--idle-ms",
-        "10000",
-    )
+    reader = f"--topic {topic} --group oc_java_reader --expect {len(sent) + 3} --idle-ms 10000"
+    rows = java("PushConsumer", "--namesrv", ns, *reader.split())
     got = [r for r in rows if "msgId" in r]
     by_body = {r["body"]: r for r in got}
     assert len(by_body) == len(got) == len(sent) + 3  # each once, nothing else
@@ -138,29 +115,9 @@ def test_what_the_official_producer_sends_our_consumers_receive(
     real_rocketmq: RealRocketMQ, tmp_path: Path
 ) -> None:
     ns, topic = real_rocketmq.namesrv_addr, "OfficialProducerT"
-    acks = [
-        r
-        for r in java(
-            "Producer",
-            "--namesrv",
-            ns,
-            "--topic",
-            topic,
-            "--count",
-            "8",
-            "--mode",
-            "ordered",
-            "--shards",
-            "2",
-            "--tags",
-            "TagA",
-            "--keys",
-            "k",
-            "--prop",
-            "color=red",
-        )
-        if "status" in r
-    ]
+    sender = f"--topic {topic} --count 8 --mode ordered --shards 2 --tags TagA --keys k"
+    sender += " --prop color=red"  # message i: body-i, key k-i; queue i % 2, in order
+    acks = [r for r in java("Producer", "--namesrv", ns, *sender.split()) if "status" in r]
     assert [a["status"] for a in acks] == ["SEND_OK"] * 8
     official = {a["msgId"]: a for a in acks}
     mine: dict[str, tuple[Message, SendResult]] = {}  # TagB: what the tag filter leaves out
@@ -256,19 +213,8 @@ def test_what_the_official_producer_sends_our_consumers_receive(
                 later[r.msg_id] = (m, r)
 
     asyncio.run(two_more())
-    rows = java(
-        "LitePullConsumer",
-        "--namesrv",
-        ns,
-        "--topic",
-        topic,
-        "--group",
-        "oc_lite",
-        "--expect",
-        "2",
-        "--idle-ms",
-        "10000",
-    )
+    reader = f"--topic {topic} --group oc_lite --expect 2 --idle-ms 10000"
+    rows = java("LitePullConsumer", "--namesrv", ns, *reader.split())
     got_ids = [r["msgId"] for r in rows if "msgId" in r]
     assert sorted(got_ids) == sorted(later)
     for r in rows:
@@ -277,19 +223,8 @@ def test_what_the_official_producer_sends_our_consumers_receive(
                 r, *later[r["msgId"]], adds=BROKER_ADDS | {"MIN_OFFSET", "MAX_OFFSET"}
             )
 
-    assert mqaudit(
-        "consume",
-        "--namesrv",
-        ns,
-        "--group",
-        "oc_cli",
-        "--topic",
-        topic,
-        "--count",
-        "14",
-        "--timeout",
-        "10",
-    ) == {"consumed": 14, "unique": 14}
+    cli_args = f"--group oc_cli --topic {topic} --count 14 --timeout 10".split()
+    assert mqaudit("consume", "--namesrv", ns, *cli_args) == {"consumed": 14, "unique": 14}
     # What it committed as it stopped stays: the end of every queue.
     cli_view = mqaudit_out("admin", "consumer-progress", "--namesrv", ns, "--group", "oc_cli")
     cli_progress = {k: v for k, v in progress_table(cli_view).items() if k[0] == topic}
@@ -358,19 +293,8 @@ def test_failed_messages_go_to_retry_then_dlq_on_the_real_broker(
     assert progress[(f"%RETRY%{group}", 0)] == (2, 2)
     assert sorted(v for (t, _), v in progress.items() if t == topic) == [(1, 1)] * 4
 
-    rows = java(
-        "LitePullConsumer",
-        "--namesrv",
-        ns,
-        "--topic",
-        f"%DLQ%{group}",
-        "--group",
-        "oc_dlq_reader",
-        "--expect",
-        "2",
-        "--idle-ms",
-        "10000",
-    )
+    reader = f"--topic %DLQ%{group} --group oc_dlq_reader --expect 2 --idle-ms 10000"
+    rows = java("LitePullConsumer", "--namesrv", ns, *reader.split())
     dead = {r["msgId"]: r for r in rows if "msgId" in r}
     assert set(dead) == failing
     for uid, row in dead.items():
