@@ -20,6 +20,7 @@ from broker_runtime.broker.rebalance_lock import RebalanceLockManager
 from broker_runtime.broker.schedule import ScheduleService
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
 from broker_runtime.broker.topic_config import MAX_QUEUES, TopicConfig, TopicConfigManager
+from broker_runtime.broker.transactions import TransactionService
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
 from broker_runtime.common.delay import to_schedule
@@ -54,6 +55,7 @@ class BrokerController:
         self.consumers = ConsumerManager()
         self.delay_levels = config.store.delay_levels()
         self.schedule: ScheduleService | None = None  # masters only, once the store is open
+        self.transactions = TransactionService(self)
         self.order_locks = RebalanceLockManager(config.rebalance_lock_max_live_ms)
         self.access: QueueAccessLocks | None = (
             QueueAccessLocks(config.queue_lock_hold_timeout_ms)
@@ -127,6 +129,8 @@ class BrokerController:
             )
             every = self.config.delay_offset_persist_interval_ms
             self.spawn(self.schedule.run(self.put_back, every))
+            self.transactions.ensure_topics()
+        self.spawn(self.transactions.run())
         self.started = True
         log.info(
             "broker %s (%s) serving on %s, HA %s",

@@ -6,6 +6,7 @@ import random
 from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
+from broker_runtime.broker.transactions import half_message, is_half_send
 from broker_runtime.common.delay import DelayLevelError
 from broker_runtime.common.message import Message, offset_msg_id, string_to_properties
 from broker_runtime.common.topics import (
@@ -114,6 +115,8 @@ class SendProcessor:
             )
             for body, props, flag in items
         ]
+        if len(msgs) == 1 and is_half_send(msgs[0]) and not h.reconsume_times:
+            msgs = [half_message(msgs[0])]  # parked until its transaction ends
         if retry_group:
             refused = route_retry_send(ctl, cmd, h, msgs)
             if refused is not None:
