@@ -5,9 +5,12 @@ ServiceImpl, EndTransactionProcessor, TransactionalMessageCheckService).
   the real topic and queue in REAL_TOPIC / REAL_QID, transaction bits cleared, so consumers
   never see it.
 - END_TRANSACTION commit writes the real message (COMMIT sysflag, preparedTransactionOffset
-  = the half's log offset, TRAN_MSG and REAL_* removed), then an *op message* to
-  RMQ_SYS_TRANS_OP_HALF_TOPIC (tag "d", body the half's queue offset); rollback writes only
-  the op message. Both first check the half's producer group, queue offset and log offset.
+  = the half's log offset), then an *op message* to RMQ_SYS_TRANS_OP_HALF_TOPIC (tag "d",
+  body the half's queue offset); rollback writes only the op message. Both first check the
+  half's producer group, queue offset and log offset. The committed message keeps the half's
+  properties, TRAN_MSG and REAL_TOPIC / REAL_QID included: RocketMQ 4.9.7's broker clears
+  them from the message's map after it has serialised the map (EndTransactionProcessor), so
+  its committed units carry them, and so do these (tests/interop/test_transactions.py).
 - The check: every interval, half messages older than the timeout (or their
   CHECK_IMMUNITY_TIME_IN_SECONDS) without an op message are appended again with
   TRANSACTION_CHECK_TIMES + 1 and CHECK_TRANSACTION_STATE goes to a live producer of their
@@ -35,6 +38,7 @@ from broker_runtime.common.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    WAIT,
     Message,
     StoredMessage,
     encode_host,
@@ -79,13 +83,10 @@ def half_message(msg: Message) -> Message:
 
 def committed_message(half: StoredMessage) -> Message:
     """endMessageTransaction: the real message a commit writes."""
-    props = {
-        k: v for k, v in half.properties.items() if k not in (REAL_TOPIC, REAL_QUEUE_ID, TRAN_MSG)
-    }
     return Message(
         topic=half.properties[REAL_TOPIC],
         body=half.body,
-        properties=props,
+        properties=dict(half.properties),
         queue_id=int(half.properties[REAL_QUEUE_ID]),
         flag=half.flag,
         sys_flag=with_transaction_type(half.sys_flag, COMMIT),
@@ -101,7 +102,7 @@ def op_message(half: StoredMessage, born_ms: int) -> Message:
     return Message(
         topic=TRANS_OP_HALF_TOPIC,
         body=str(half.queue_offset).encode(),
-        properties={TAGS: TRANS_OP_REMOVE_TAG},
+        properties={TAGS: TRANS_OP_REMOVE_TAG, WAIT: "true"},
         queue_id=half.queue_id,
         born_timestamp=born_ms,
     )
