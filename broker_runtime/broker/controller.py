@@ -19,15 +19,21 @@ from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
 from broker_runtime.broker.schedule import ScheduleService
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
-from broker_runtime.broker.topic_config import MAX_QUEUES, TopicConfig, TopicConfigManager
+from broker_runtime.broker.topic_config import (
+    MAX_QUEUES,
+    PERM_RW,
+    TopicConfig,
+    TopicConfigManager,
+)
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
 from broker_runtime.common.delay import to_schedule
 from broker_runtime.common.message import Message
+from broker_runtime.common.topics import AUTO_CREATE_TOPIC
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
-from broker_runtime.remoting.bodies import PERM_READ
+from broker_runtime.remoting.bodies import PERM_INHERIT, PERM_READ
 from broker_runtime.remoting.client import RemotingClient
 from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.protocol import ResponseCode
@@ -45,6 +51,9 @@ class BrokerController:
         self.role = config.role
         self.store: MessageStore | None = None
         self.topics = TopicConfigManager(config.store.store_dir)
+        if config.auto_create_topic:  # the route clients send a new topic by (TopicConfigManager)
+            n = config.default_queue_nums
+            self.topics.add_system(TopicConfig(AUTO_CREATE_TOPIC, n, n, PERM_RW | PERM_INHERIT))
         self.groups = SubscriptionGroupManager(
             config.store.store_dir,
             config.auto_create_subscription_group,
@@ -235,10 +244,13 @@ class BrokerController:
         return cfg
 
     def topic_for_send(self, topic: str, queue_nums: int | None = None) -> TopicConfig | None:
-        """The topic's config, created with the defaults if auto-create is on."""
+        """The topic's config, created if auto-create is on: with `queue_nums` queues (the
+        client's defaultTopicQueueNums), at most the broker's default_queue_nums."""
         cfg = self.topics.get(topic)
         if cfg is None and self.config.auto_create_topic and self.is_master:
-            n = queue_nums or self.config.default_queue_nums
+            n = self.config.default_queue_nums  # the AUTO_CREATE_TOPIC's queues
+            if queue_nums is not None:  # createTopicInSendMessageMethod: the client's wish
+                n = max(1, min(queue_nums, n))
             cfg = TopicConfig(topic, n, n)
             self.topics.put(cfg)
             log.info("topic %s auto-created with %d queues", topic, n)

@@ -11,6 +11,9 @@ import re
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# The route a client sends a new topic's first messages by; the broker then creates the topic
+# (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, registered while autoCreateTopicEnable is on).
+AUTO_CREATE_TOPIC = "TBW102"
 MAX_NAME_LENGTH = 127
 
 # fullmatch, not `^...$`: `$` would also accept a trailing newline.

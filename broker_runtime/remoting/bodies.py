@@ -21,6 +21,7 @@ from broker_runtime.common.message import properties_to_string, string_to_proper
 
 PERM_READ = 4
 PERM_WRITE = 2
+PERM_INHERIT = 1  # a new topic may take this one's config (TBW102)
 MASTER_ID = 0
 
 

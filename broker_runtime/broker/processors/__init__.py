@@ -25,6 +25,7 @@ def register_processors(ctl: BrokerController) -> None:
     lk = locks.LockProcessor(ctl)
     for code, fn in (
         (C.SEND_MESSAGE, s.send),
+        (C.SEND_MESSAGE_V2, s.send),
         (C.SEND_BATCH_MESSAGE, s.send),
         (C.PULL_MESSAGE, p.pull),
         (C.CONSUMER_SEND_MSG_BACK, b.send_back),

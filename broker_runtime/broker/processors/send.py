@@ -1,4 +1,4 @@
-"""SEND_MESSAGE and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor)."""
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class SendProcessor:
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctl = self.ctl
-        h = SendMessageRequestHeader.decode(cmd)
+        h = SendMessageRequestHeader.of(cmd)
         if not ctl.is_master:
             return response_to(
                 cmd,
@@ -76,7 +76,7 @@ class SendProcessor:
             group = ctl.groups.find(validate_group(retry_group))
             if group is not None:  # a retry topic has the group's retryQueueNums queues
                 ensure_retry_topic(ctl, group)
-        cfg = ctl.topic_for_send(h.topic)
+        cfg = ctl.topic_for_send(h.topic, h.default_topic_queue_nums)
         if cfg is None:
             return response_to(
                 cmd,
