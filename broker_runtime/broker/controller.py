@@ -18,6 +18,7 @@ from broker_runtime.broker.long_polling import PullHoldService
 from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
 from broker_runtime.broker.schedule import ScheduleService
+from broker_runtime.broker.stats import BrokerStats
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
 from broker_runtime.broker.topic_config import (
     MAX_QUEUES,
@@ -61,6 +62,7 @@ class BrokerController:
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
         self.consumers = ConsumerManager()
+        self.stats = BrokerStats(self.clock.now_ms())
         self.delay_levels = config.store.delay_levels()
         self.schedule: ScheduleService | None = None  # masters only, once the store is open
         self.order_locks = RebalanceLockManager(config.rebalance_lock_max_live_ms)
@@ -200,6 +202,7 @@ class BrokerController:
         store = self.require_store()
         levels = self.delay_levels
         msgs = [to_schedule(m, levels) for m in msgs]
+        self.stats.on_put(len(msgs))
         if self.config.store.flush is FlushMode.SYNC:
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self.executor, store.put_messages, msgs)

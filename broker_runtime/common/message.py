@@ -17,6 +17,8 @@ REAL_QUEUE_ID = "REAL_QID"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RECONSUME_TIME = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+CLUSTER = "CLUSTER"  # the broker's cluster, stamped on every stored message
+WAIT = "WAIT"  # WAIT_STORE_MSG_OK: the producer waits for the store (never stored alone)
 KEY_SEPARATOR = " "
 
 NAME_VALUE_SEPARATOR = "\x01"

@@ -1,8 +1,8 @@
 """Typed request and response headers, with RocketMQ's field names on the wire.
 
 Each class mirrors a RocketMQ `*RequestHeader` / `*ResponseHeader`: attributes are
-snake_case here and camelCase in `extFields` (`queue_offset` <-> `queueOffset`), values are
-strings on the wire. `decode` names a missing or malformed field in its error, which the
+snake_case here and camelCase in `extFields` (`queue_offset` <-> `queueOffset`; a field's
+`wire` metadata names one that RocketMQ spells otherwise), values are strings on the wire. `decode` names a missing or malformed field in its error, which the
 processor table turns into an error response.
 """
 
@@ -68,7 +68,7 @@ def _compile(cls: type) -> tuple[Callable[..., Any], Callable[..., dict[str, obj
     decode, fields, args = ["def decode(cmd):\n    get = cmd.ext_fields.get"], [], []
     ns: dict[str, Any] = {"cls": cls, "HeaderError": HeaderError}
     for i, f in enumerate(dataclasses.fields(cls)):
-        wire, base = _camel(f.name), _base(hints[f.name])
+        wire, base = f.metadata.get("wire") or _camel(f.name), _base(hints[f.name])
         if f.default is dataclasses.MISSING:
             decode.append(_REQUIRED.format(wire=wire).strip("\n"))
         else:
@@ -251,6 +251,15 @@ class QueryMessageRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class QueryMessageResponseHeader(Header):
+    """Where the key index stands (the newest index file's end); the official client unboxes
+    both fields of every successful answer."""
+
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+@dataclasses.dataclass(slots=True)
 class TopicHeader(Header):
     """GET_ROUTEINFO_BY_TOPIC, GET_CONSUMER_LIST_BY_GROUP (with `consumer_group`) and others."""
 
@@ -300,6 +309,6 @@ class UnregisterBrokerRequestHeader(Header):
 
 @dataclasses.dataclass(slots=True)
 class UnregisterClientRequestHeader(Header):
-    client_id: str
+    client_id: str = dataclasses.field(metadata={"wire": "clientID"})  # RocketMQ's spelling
     producer_group: str | None = None
     consumer_group: str | None = None

@@ -35,6 +35,8 @@ def register_processors(ctl: BrokerController) -> None:
         (C.HEART_BEAT, c.heartbeat),
         (C.UNREGISTER_CLIENT, c.unregister_client),
         (C.GET_CONSUMER_LIST_BY_GROUP, c.consumer_list),
+        (C.GET_CONSUMER_CONNECTION_LIST, c.consumer_connections),
+        (C.QUERY_TOPIC_CONSUME_BY_WHO, c.consumed_by),
         (C.QUERY_CONSUMER_OFFSET, c.query_offset),
         (C.UPDATE_CONSUMER_OFFSET, c.update_offset),
         (C.GET_ALL_CONSUMER_OFFSET, c.all_offsets),

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
 from broker_runtime.common.delay import DelayLevelError
-from broker_runtime.common.message import Message, offset_msg_id, string_to_properties
+from broker_runtime.common.message import (
+    CLUSTER,
+    WAIT,
+    Message,
+    offset_msg_id,
+    string_to_properties,
+)
 from broker_runtime.common.topics import (
     SCHEDULE_TOPIC,
     group_of,
@@ -42,6 +48,7 @@ class SendProcessor:
         self._groups: set[str] = set()
         # offset_msg_id's first half (the store host) is the same for every message here.
         self._host_hex = offset_msg_id(ctl.config.store.store_host, 0)[:16]
+        self._cluster = ctl.config.cluster_name
 
     def _check_names(self, topic: str, group: str) -> None:
         for name, known, validate in (
@@ -94,12 +101,18 @@ class SendProcessor:
                 f"{cfg.write_queue_nums} write queues",
             )
         born_host = peer_host(conn)
+        # As RocketMQ stores them: every message names its cluster; a single message's WAIT is
+        # dropped, a batch's own properties (WAIT among them) are appended to each message's.
+        stamp = string_to_properties(h.properties)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            items = decode_batch(cmd.body)
+            stamp[CLUSTER] = self._cluster
+            items = [(body, props | stamp, flag) for body, props, flag in decode_batch(cmd.body)]
             if not items:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         else:
-            items = [(cmd.body, string_to_properties(h.properties), h.flag)]
+            stamp.pop(WAIT, None)
+            stamp[CLUSTER] = self._cluster
+            items = [(cmd.body, stamp, h.flag)]
         msgs = [
             Message(
                 topic=h.topic,

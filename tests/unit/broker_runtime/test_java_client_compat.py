@@ -3,8 +3,10 @@ without a network: the cases tests/interop found, one regression test each."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,11 +14,17 @@ from broker_runtime.acl.accounts import PUB
 from broker_runtime.acl.validator import resources
 from broker_runtime.broker.controller import BrokerController
 from broker_runtime.broker.namesrv_client import register_body
+from broker_runtime.broker.processors.send import SendProcessor
+from broker_runtime.broker.stats import BrokerStats, human_bytes
 from broker_runtime.common.config import BrokerConfig, StoreConfig
-from broker_runtime.remoting.bodies import decode_json
-from broker_runtime.remoting.command import HeaderError, RemotingCommand
-from broker_runtime.remoting.headers import SendMessageRequestHeader
+from broker_runtime.common.message import properties_to_string
+from broker_runtime.remoting import fastjson
+from broker_runtime.remoting.bodies import BodyError, decode_json, encode_batch
+from broker_runtime.remoting.command import HeaderError, RemotingCommand, request
+from broker_runtime.remoting.headers import SendMessageRequestHeader, UnregisterClientRequestHeader
 from broker_runtime.remoting.protocol import RequestCode as C
+from broker_runtime.remoting.protocol import ResponseCode as R
+from broker_runtime.store.message_store import MessageStore
 
 # SendMessageRequestHeaderV2 as DefaultMQProducer sends it (JSON serialization: every field a
 # string, the primitive booleans k and m always present, maxReconsumeTimes l only on retries).
@@ -105,3 +113,103 @@ def test_acl_reads_the_topic_of_a_v2_send() -> None:
     assert resources(command(C.SEND_MESSAGE_V2, JAVA_V2)) == [("topic", "MT", PUB)]
     batch = command(C.SEND_BATCH_MESSAGE, {**JAVA_V2, "m": "true"})
     assert resources(batch) == [("topic", "MT", PUB)]
+
+
+def test_unregister_client_spells_client_id_as_rocketmq_does() -> None:
+    fields = {"clientID": "192.0.2.2@7", "producerGroup": "CLIENT_INNER_PRODUCER"}
+    h = UnregisterClientRequestHeader.decode(command(C.UNREGISTER_CLIENT, fields))
+    assert (h.client_id, h.producer_group, h.consumer_group) == (
+        "192.0.2.2@7", "CLIENT_INNER_PRODUCER", None,
+    )  # fmt: skip
+    assert UnregisterClientRequestHeader("c1").fields() == {"clientID": "c1"}
+
+
+# -- fastjson's bodies ----------------------------------------------------------------------
+# The real broker's consumerOffset.json and a TopicStatsTable as the real broker answers it.
+REAL_OFFSETS = '{\n\t"offsetTable":{\n\t\t"MT@g1":{0:3,1:1,2:2,3:2\n\t\t}\n\t}\n}'
+REAL_STATS = (
+    '{"offsetTable":{{"brokerName":"broker-r","queueId":1,"topic":"MT"}:{"lastUpdateTimestamp"'
+    ':1795694441342,"maxOffset":1,"minOffset":0},{"brokerName":"broker-r","queueId":0,"topic"'
+    ':"MT"}:{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}}}'
+)
+
+
+def test_fastjson_number_keys_and_queue_keyed_maps_are_read() -> None:
+    assert decode_json(REAL_OFFSETS.encode(), "offsets") == {
+        "offsetTable": {"MT@g1": {"0": 3, "1": 1, "2": 2, "3": 2}}
+    }
+    rows = decode_json(REAL_STATS.encode(), "stats")["offsetTable"]
+    assert rows[0] == {
+        "brokerName": "broker-r", "queueId": 1, "topic": "MT",
+        "lastUpdateTimestamp": 1795694441342, "maxOffset": 1, "minOffset": 0,
+    }  # fmt: skip
+    assert [r["queueId"] for r in rows] == [1, 0]
+
+
+def test_queue_tables_are_written_as_fastjson_writes_them() -> None:
+    rows = [{"topic": "T", "brokerName": "b", "queueId": 0, "offset": 7}]
+    reset = fastjson.dumps_queue_table(rows, scalar=True)
+    assert reset == b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:7}}'
+    assert decode_json(reset, "reset")["offsetTable"] == rows
+    stats = [{"topic": "T", "brokerName": "b", "queueId": 1, "brokerOffset": 3, "lock": {"a": 1}}]
+    body = fastjson.dumps_queue_table(stats, consumeTps=0.5)
+    assert body.startswith(b'{"consumeTps":0.5,"offsetTable":{{"brokerName":"b","queueId":1,')
+    assert decode_json(body, "stats") == {"consumeTps": 0.5, "offsetTable": stats}
+    assert decode_json(fastjson.dumps_queue_table([]), "empty") == {"offsetTable": {}}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ['{"a":{1:2', '{{"x":1}:2}', '{"a":1,{"brokerName":"b","queueId":0,"topic":"T"}:1}', "{a:1}",
+     '{"a":[1,}', '{"a":1} x'],
+)  # fmt: skip
+def test_malformed_fastjson_is_a_body_error(bad: str) -> None:
+    with pytest.raises(BodyError, match="not JSON"):
+        decode_json(bad.encode(), "test")
+
+
+# -- what the broker stores -----------------------------------------------------------------
+def test_stored_properties_are_rocketmqs(ctl: BrokerController) -> None:
+    """A single message loses WAIT and gains CLUSTER; a batch's own properties (WAIT, from
+    MessageBatch) and CLUSTER are appended to each of its messages."""
+    ctl.store = MessageStore(ctl.config.store)
+    conn = SimpleNamespace(peer_addr=("127.0.0.1", 5))
+    send = SendProcessor(ctl)
+    try:
+        one = request(C.SEND_MESSAGE_V2, JAVA_V2, b"one")
+        items = [(b"b0", {"UNIQ_KEY": "U0"}, 0), (b"b1", {"UNIQ_KEY": "U1", "k": "v"}, 0)]
+        batch_fields = {**JAVA_V2, "m": "true", "i": properties_to_string({"WAIT": "true"})}
+        many = request(C.SEND_BATCH_MESSAGE, batch_fields, encode_batch(items))
+        for cmd in (one, many):
+            assert asyncio.run(send.send(cmd, conn)).code == R.SUCCESS  # type: ignore[arg-type]
+        assert ctl.store.wait_dispatched(5.0)
+        props, pos = [], 0
+        while (m := ctl.store.message_at(pos)) is not None:
+            props.append(m.properties)
+            pos += m.total_size
+    finally:
+        ctl.store.shutdown()
+    cluster = {"CLUSTER": "DefaultCluster"}
+    assert props == [
+        {"KEYS": "k-1", "TAGS": "TagA", **cluster},
+        {"UNIQ_KEY": "U0", "WAIT": "true", **cluster},
+        {"UNIQ_KEY": "U1", "k": "v", "WAIT": "true", **cluster},
+    ]
+
+
+def test_rates_and_totals_for_mqadmin() -> None:
+    stats = BrokerStats(boot_ms=0)
+    stats.sample(1_000)
+    stats.on_put(30)
+    stats.on_got(10)
+    stats.sample(11_000)
+    assert (stats.tps(1, 10), stats.tps(2, 10)) == (3.0, 1.0)
+    assert stats.rates(1) == "3.0 3.0 3.0"
+    stats.on_put(5)
+    stats.sample(86_400_000 + 5)  # a new day: this morning's total is the count so far
+    assert (stats.put_today_morning, stats.put_yesterday_morning) == (35, 0)
+    assert [human_bytes(n) for n in (1000, 1536, 62_000_000_000)] == [
+        "1000 B",
+        "1.5 KiB",
+        "57.7 GiB",
+    ]
