@@ -2,8 +2,9 @@
 
 Each class mirrors a RocketMQ `*RequestHeader` / `*ResponseHeader`: attributes are
 snake_case here and camelCase in `extFields` (`queue_offset` <-> `queueOffset`; a field's
-`wire` metadata names one that RocketMQ spells otherwise), values are strings on the wire. `decode` names a missing or malformed field in its error, which the
-processor table turns into an error response.
+`wire` metadata names one that RocketMQ spells otherwise), values are strings on the wire.
+`decode` names a missing or malformed field in its error, which the processor table turns
+into an error response.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import random
 from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
-from broker_runtime.common.delay import DelayLevelError
+from broker_runtime.common.delay import DelayLevelError, delay_level_of
 from broker_runtime.common.message import (
     CLUSTER,
     WAIT,
@@ -37,6 +37,13 @@ def peer_host(conn: Connection) -> tuple[str, int]:
     """The client's address as BORNHOST (IPv4 loopback when it is anything else)."""
     addr = conn.peer_addr
     return addr if addr is not None and addr[0].count(".") == 3 else ("127.0.0.1", 0)
+
+
+def _delayed(props: dict[str, str]) -> bool:
+    try:
+        return delay_level_of(props) > 0
+    except DelayLevelError:
+        return False  # the put refuses it
 
 
 class SendProcessor:
@@ -102,7 +109,9 @@ class SendProcessor:
             )
         born_host = peer_host(conn)
         # As RocketMQ stores them: every message names its cluster; a single message's WAIT is
-        # dropped, a batch's own properties (WAIT among them) are appended to each message's.
+        # dropped unless it is delayed (CommitLog rewrites a delayed one's properties from the
+        # map that still has it), a batch's own properties (WAIT among them) are appended to
+        # each message's.
         stamp = string_to_properties(h.properties)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             stamp[CLUSTER] = self._cluster
@@ -110,7 +119,8 @@ class SendProcessor:
             if not items:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         else:
-            stamp.pop(WAIT, None)
+            if not _delayed(stamp):
+                stamp.pop(WAIT, None)
             stamp[CLUSTER] = self._cluster
             items = [(cmd.body, stamp, h.flag)]
         msgs = [

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from broker_runtime.acl.accounts import PUB
+from broker_runtime.acl.signing import sign, verify
 from broker_runtime.acl.validator import resources
 from broker_runtime.broker.controller import BrokerController
 from broker_runtime.broker.namesrv_client import register_body
@@ -170,17 +171,18 @@ def test_malformed_fastjson_is_a_body_error(bad: str) -> None:
 
 # -- what the broker stores -----------------------------------------------------------------
 def test_stored_properties_are_rocketmqs(ctl: BrokerController) -> None:
-    """A single message loses WAIT and gains CLUSTER; a batch's own properties (WAIT, from
-    MessageBatch) and CLUSTER are appended to each of its messages."""
+    """A single message loses WAIT (unless delayed) and gains CLUSTER; a batch's own properties
+    (WAIT, from MessageBatch) and CLUSTER are appended to each of its messages."""
     ctl.store = MessageStore(ctl.config.store)
     conn = SimpleNamespace(peer_addr=("127.0.0.1", 5))
     send = SendProcessor(ctl)
     try:
         one = request(C.SEND_MESSAGE_V2, JAVA_V2, b"one")
+        later = request(C.SEND_MESSAGE_V2, {**JAVA_V2, "i": "WAIT\x01true\x02DELAY\x011\x02"})
         items = [(b"b0", {"UNIQ_KEY": "U0"}, 0), (b"b1", {"UNIQ_KEY": "U1", "k": "v"}, 0)]
         batch_fields = {**JAVA_V2, "m": "true", "i": properties_to_string({"WAIT": "true"})}
         many = request(C.SEND_BATCH_MESSAGE, batch_fields, encode_batch(items))
-        for cmd in (one, many):
+        for cmd in (one, many, later):
             assert asyncio.run(send.send(cmd, conn)).code == R.SUCCESS  # type: ignore[arg-type]
         assert ctl.store.wait_dispatched(5.0)
         props, pos = [], 0
@@ -194,6 +196,7 @@ def test_stored_properties_are_rocketmqs(ctl: BrokerController) -> None:
         {"KEYS": "k-1", "TAGS": "TagA", **cluster},
         {"UNIQ_KEY": "U0", "WAIT": "true", **cluster},
         {"UNIQ_KEY": "U1", "k": "v", "WAIT": "true", **cluster},
+        {"WAIT": "true", "DELAY": "1", **cluster, "REAL_TOPIC": "MT", "REAL_QID": "3"},
     ]
 
 
@@ -213,3 +216,11 @@ def test_rates_and_totals_for_mqadmin() -> None:
         "1.5 KiB",
         "57.7 GiB",
     ]
+
+
+def test_the_unique_key_flag_a_java_query_adds_after_signing_is_not_signed() -> None:
+    header = {"topic": "T", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "9"}
+    fields = sign(header, b"", "ak", "sk")  # AclClientRPCHook signs the header's fields
+    fields["_UNIQUE_KEY_QUERY"] = "false"  # MQClientAPIImpl.queryMessage adds this one later
+    assert verify(fields, b"", "sk")
+    assert not verify({**fields, "key": "other"}, b"", "sk")
