@@ -19,6 +19,9 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # whose offsets say how far the check has come
 TRANS_OP_REMOVE_TAG = "d"
+# The route a client sends a new topic's first messages by; the broker then creates the topic
+# (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, registered while autoCreateTopicEnable is on).
+AUTO_CREATE_TOPIC = "TBW102"
 MAX_NAME_LENGTH = 127
 
 # fullmatch, not `^...$`: `$` would also accept a trailing newline.

@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from broker_runtime.common.message import properties_to_string, string_to_properties
+from broker_runtime.remoting import fastjson
 
 PERM_READ = 4
 PERM_WRITE = 2
+PERM_INHERIT = 1  # a new topic may take this one's config (TBW102)
 MASTER_ID = 0
 
 
@@ -30,8 +32,8 @@ class BodyError(ValueError):
 
 def _load(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = fastjson.loads(raw.decode())  # RocketMQ's own bodies may be fastjson's dialect
+    except (UnicodeDecodeError, ValueError) as e:
         raise BodyError(f"{what} body is not JSON: {e}") from None
     if not isinstance(data, dict):
         raise BodyError(f"{what} body is not a JSON object")

@@ -205,6 +205,8 @@ class PullProcessor:
             suggest_which_broker_id=suggest,
         )
         delivered = result.next_begin_offset if body else None
+        if body:
+            ctl.stats.on_got(len(result.units))
         return response_to(cmd, code, None, fields=out.fields(), body=body), delivered
 
 
