@@ -70,9 +70,9 @@ PERM_READ_WRITE = 6
 CHECK_BATCH = 32
 
 
-def is_half_send(msg: Message) -> bool:
+def is_half_send(properties: dict[str, str]) -> bool:
     """A send that opens a transaction (TRAN_MSG parsed as Boolean.parseBoolean)."""
-    return msg.properties.get(TRAN_MSG, "").lower() == "true"
+    return properties.get(TRAN_MSG, "").lower() == "true"
 
 
 def half_message(msg: Message) -> Message:

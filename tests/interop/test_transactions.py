@@ -32,6 +32,7 @@ from tests.interop.rocketmq import (
     broker_settings,
     java,
     java_argv,
+    mqadmin,
     real_namesrv,
     start_broker,
 )
@@ -87,9 +88,11 @@ def shape(units: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 @contextmanager
-def transactions_running(namesrv: str) -> Iterator[None]:
-    """The Java producer sends the three transactions and stays up to answer check-backs
-    until the official consumer has both committed messages."""
+def transactions_running(namesrv: str, broker: str) -> Iterator[None]:
+    """TOPIC made on `broker` by mqadmin; the Java producer sends the three transactions and
+    stays up to answer check-backs until the official consumer has both committed messages."""
+    out = mqadmin(namesrv, "updateTopic", "-b", broker, "-t", TOPIC, "-r", "4", "-w", "4")
+    assert "success" in out, out
     argv = ["--namesrv", namesrv, "--topic", TOPIC, "--group", GROUP, "--linger-ms", "120000"]
     for body, answers in TXS.items():
         argv += ["--tx", f"{body}={answers}"]
@@ -118,7 +121,7 @@ def test_the_official_transaction_producer_gets_the_same_store_from_both_brokers
         )  # fmt: skip
         broker = start_broker(tmp_path / "b", settings)
         try:
-            with transactions_running(ns.addr):
+            with transactions_running(ns.addr, broker.addr):
                 pass
         finally:
             broker.stop()
@@ -130,8 +133,9 @@ def test_the_official_transaction_producer_gets_the_same_store_from_both_brokers
         "transaction_check_max": "5",
     }
     with running_cluster(tmp_path / "m", name_servers=1, slaves=False, settings=ours) as c:
-        with transactions_running(c.namesrv_addr):
+        with transactions_running(c.namesrv_addr, c.addr("broker-a-master")):
             pass
         store = c.store_dir("broker-a-master")
         c.stop("broker-a-master")
-        assert shape(transaction_units(store)) == real
+        ours = shape(transaction_units(store))
+        assert ours == real, f"mqaudit {ours} != RocketMQ {real}"
