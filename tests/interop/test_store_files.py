@@ -149,8 +149,8 @@ def _check_served(store: Path, copies: Copies, sent: list[Sent]) -> None:
         assert (r["queueId"], r["queueOffset"]) == (s.queue_id, s.queue_offset), s.keys
         assert r["commitLogOffset"] == phys[s.msg_id]
     d = received[copies.delayed.msg_id]
-    assert (d["body"], d["keys"], d["tags"], d["queueId"]) == ("delayed-0", "d-0", "TagD",
-                                                                copies.delayed.queue_id)  # fmt: skip
+    want = ("delayed-0", "d-0", "TagD", copies.delayed.queue_id)
+    assert (d["body"], d["keys"], d["tags"], d["queueId"]) == want
     assert d["queueOffset"] == ends[delayed_q] and d["commitLogOffset"] >= end
     for key, offsets in sc.by_queue(got).items():
         assert offsets == list(range(after[key])), f"{key} not served in order"
