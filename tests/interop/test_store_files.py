@@ -27,7 +27,8 @@ from tests.integration.cluster_fixtures import running_cluster
 from tests.interop import store_checks as sc
 from tests.interop.rocketmq import JavaServer, broker_settings, java, real_namesrv, start_broker
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+# JVMs boot in ~10 s on an idle machine, minutes at a load of 40: fixture set-up counts too.
+pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.timeout(600)]
 
 TOPIC = "FromMqaudit"
 SEGMENT = 64 << 10

@@ -19,7 +19,8 @@ from tests.interop import store_checks as sc
 from tests.interop.java_workload import DLQ, GROUP, TOPIC, Workload
 from tests.interop.rocketmq import JavaServer, broker_settings, real_namesrv, start_broker
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+# JVMs boot in ~10 s on an idle machine, minutes at a load of 40: fixture set-up counts too.
+pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.timeout(600)]
 
 BROKERS = ("broker-r1", "broker-r2")
 

@@ -35,7 +35,8 @@ from tests.interop.rocketmq import (
     start_broker,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+# JVMs boot in ~10 s on an idle machine, minutes at a load of 40: fixture set-up counts too.
+pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
