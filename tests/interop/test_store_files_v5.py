@@ -3,10 +3,11 @@ official 4.9 Java workload as test_store_files_real.py, java_workload.py) is rea
 verify` and `store dump` message by message, and the differences from a 4.9 store are named:
 
 - every unit carries two more properties the 5.x broker adds, MSG_REGION and TRACE_ON;
-- `checkpoint` holds masterFlushedOffset @24 and confirmPhyOffset @32 (4.9 leaves both 0);
-  mqaudit's own checkpoint keeps its flushed log offset and its ConsumeQueue-flushed offset
-  there, so it takes confirmPhyOffset for the latter: its recovery only re-dispatches from an
-  earlier point and cuts nothing (shown with `store recover` on a copy);
+- `checkpoint` holds masterFlushedOffset @24, confirmPhyOffset @32 (both 0 outside HA /
+  controller mode) and logicsPhysicalOffset @40 (4.9 writes only the three timestamps);
+  mqaudit's own checkpoint keeps its flushed log offset @24 and its ConsumeQueue-flushed
+  offset @32, so it reads 0 for both: its recovery re-dispatches from the log's start and
+  cuts nothing (shown with `store recover` on a copy);
 - more files beside the store: timerwheel, rocksdbstore/, compaction/, config/timercheck,
   config/timermetrics, config/consumerOrderInfo.json, abort.bak; consumerOffset.json gains
   pullOffsetTable and topics.json `attributes`. mqaudit reads past all of them.
@@ -76,10 +77,11 @@ def test_rocketmq5_checkpoint_and_extra_files(workload5: Workload, tmp_path: Pat
         assert (store / extra).exists(), extra
     raw = (store / "checkpoint").read_bytes()
     assert len(raw) == 4096
-    phys_ts, logics_ts, _, master_flushed, confirm = struct.unpack_from(">qqqqq", raw)
+    phys_ts, logics_ts, _, master_flushed, confirm, logics_phys = struct.unpack_from(">6q", raw)
     rows = sc.dump(store)
     end = sc.log_end(rows)
-    assert 0 < logics_ts <= phys_ts and 0 < confirm <= end and master_flushed == 0
+    assert phys_ts > 0 and logics_ts > 0 and (master_flushed, confirm) == (0, 0)
+    assert 0 < logics_phys <= end
     copy = tmp_path / "store"
     shutil.copytree(store, copy)
     good = sc.log_bytes(copy, end)
@@ -89,4 +91,5 @@ def test_rocketmq5_checkpoint_and_extra_files(workload5: Workload, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["log_end"] == end and report["truncated_bytes"] == 0, report
+    assert (report["redispatched_from"], report["redispatched_messages"]) == (0, len(rows))
     assert sc.log_bytes(copy, end) == good and sc.verify(copy)["consistent"]
