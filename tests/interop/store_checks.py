@@ -15,23 +15,21 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.store.consume_queue import ENTRY_SIZE
 from broker_runtime.store.inspect import open_log, read_consume_queues
 from tests.conftest import mqaudit_cmd
-
-# mqaudit's test brokers (tests/integration/cluster_fixtures.py TEST_BROKER_SETTINGS): a real
-# broker must be told the same file sizes, since it maps every file at its configured size.
-CQ_ENTRIES = 4096
-INDEX_SLOTS = 4096
-INDEX_ENTRIES = 16384
+from tests.integration.cluster_fixtures import TEST_BROKER_SETTINGS
 
 
 def same_file_sizes(segment_size: int) -> dict[str, str]:
-    """broker.conf settings of a real broker opening a store of mqaudit's test brokers."""
+    """broker.conf settings of a real broker opening a store of mqaudit's test brokers
+    (TEST_BROKER_SETTINGS): it maps every file at its configured size, so they must agree."""
+    mine = TEST_BROKER_SETTINGS
     return {
         "mappedFileSizeCommitLog": str(segment_size),
-        "mappedFileSizeConsumeQueue": str(CQ_ENTRIES * 20),
-        "maxHashSlotNum": str(INDEX_SLOTS),
-        "maxIndexNum": str(INDEX_ENTRIES),
+        "mappedFileSizeConsumeQueue": str(int(mine["store.cq_entries_per_file"]) * ENTRY_SIZE),
+        "maxHashSlotNum": mine["store.index_hash_slots"],
+        "maxIndexNum": mine["store.index_max_entries"],
     }
 
 
