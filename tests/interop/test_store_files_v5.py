@@ -80,8 +80,9 @@ def test_rocketmq5_checkpoint_and_extra_files(workload5: Workload, tmp_path: Pat
     phys_ts, logics_ts, _, master_flushed, confirm, logics_phys = struct.unpack_from(">6q", raw)
     rows = sc.dump(store)
     end = sc.log_end(rows)
-    assert phys_ts > 0 and logics_ts > 0 and (master_flushed, confirm) == (0, 0)
-    assert 0 < logics_phys <= end
+    # logicsMsgTimestamp / logicsPhysicalOffset are 0 after some clean stops, set after others
+    assert phys_ts > 0 and logics_ts >= 0 and (master_flushed, confirm) == (0, 0)
+    assert 0 <= logics_phys <= end
     copy = tmp_path / "store"
     shutil.copytree(store, copy)
     good = sc.log_bytes(copy, end)
