@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from broker_runtime.common.config import FlushMode, StoreConfig
@@ -40,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     recover.set_defaults(func=cmd_recover)
 
-    dump = cmds.add_parser("dump", help="messages as JSON lines (read-only)")
+    dump = cmds.add_parser(
+        "dump", help="messages as JSON lines (read-only); damaged ranges skipped, on stderr"
+    )
     dump.add_argument("--store", type=Path, required=True)
     dump.add_argument("--topic", default=None)
     dump.add_argument("--limit", type=int, default=None)
@@ -107,11 +110,19 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    """Exit 1 when damaged ranges were skipped (each one a `{"skipped": ...}` line on stderr)."""
     _require_store(args.store)
     out = sys.stdout
+    skipped = 0
+
+    def skip(problem: inspect.Problem) -> None:
+        nonlocal skipped
+        skipped += 1
+        print(json.dumps({"skipped": asdict(problem)}), file=sys.stderr)
+
     try:
-        for record in inspect.dump(args.store, args.topic, args.limit):
+        for record in inspect.dump(args.store, args.topic, args.limit, skip):
             out.write(json.dumps(record) + "\n")
     except BrokenPipeError:  # `| head` closed the pipe: not an error
         sys.stderr.close()
-    return 0
+    return 1 if skipped else 0

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from broker_runtime.common.message import string_to_properties
 from broker_runtime.store import record_codec as codec
+from broker_runtime.store.segment_scan import nonzero_at
 from pipeline.readers import unit_batch
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
-from pipeline.readers.segments import WalkResult, nonzero_at
+from pipeline.readers.segments import WalkResult
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 
