@@ -31,6 +31,12 @@ _MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
 _ZERO_CHUNK = 1 << 20  # tested whole with max(): no index array
 _FINE_CHUNK = 4096  # the piece of a non-zero chunk whose non-zero indexes are listed
 U8 = npt.NDArray[np.uint8]
+# Every reason a range of a segment's bytes is reported with (by this scan, by a reader's
+# CRC and text checks, and for the bytes between a short file and the next one).
+REASONS = (
+    "torn", "bad_magic", "bad_size", "bad_lengths", "bad_offset", "bad_crc", "bad_text",
+    "zero_gap", "garbage", "no_blank", "segment_gap",
+)  # fmt: skip
 
 
 def nonzero_at(arr: U8, lo: int, hi: int, last: bool) -> int | None:

@@ -82,6 +82,9 @@ def test_client_chosen_levels() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="reconsume_times"):
         decide_send_back(GROUP, -1)
+    for bad in (-1, -2):  # 0 is allowed (test_a_smaller_max): the guard is exactly < 0
+        with pytest.raises(ValueError, match=f"max_reconsume_times must be >= 0, got {bad}"):
+            decide_send_back(GROUP, 0, max_reconsume_times=bad)
     with pytest.raises(InvalidNameError):
         decide_send_back("bad group", 0)
 
