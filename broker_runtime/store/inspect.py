@@ -145,29 +145,40 @@ def _segment_units(
         data: bytes | mmap.mmap = (
             mmap.mmap(f.fileno(), length, prot=mmap.PROT_READ) if length else b""
         )
-    scan = SegmentScan(data, file_from, last)
-    pos: int | None = 0
+
+    def damaged(bad: BadRange) -> None:
+        if report is not None:
+            report(_damage(path, file_from, bad))
+
     try:
-        while pos is not None and pos < scan.size:
-            try:
-                size = scan.unit_ok(pos)
-            except codec.RecordError:
-                found = scan.damage(pos)
-                if found.bad is not None and report is not None:
-                    report(_damage(path, file_from, found.bad))
-                pos = found.next_unit
-                continue
-            if size < 0:
-                break  # the closing blank unit
-            yield file_from + pos, scan.buf, pos
-            pos += size
+        yield from segment_units(data, file_from, last, damaged)
     finally:
-        del scan
         if isinstance(data, mmap.mmap):
             try:
                 data.close()
             except BufferError:
                 pass  # a caller still holds a view: unmapped when it goes
+
+
+def segment_units(
+    data: bytes | mmap.mmap, file_from: int, last: bool, damaged: Callable[[BadRange], None]
+) -> Iterator[tuple[int, memoryview, int]]:
+    """`units` of one segment's bytes; each damaged range goes to `damaged`."""
+    scan = SegmentScan(data, file_from, last)
+    pos: int | None = 0
+    while pos is not None and pos < scan.size:
+        try:
+            size = scan.unit_ok(pos)
+        except codec.RecordError:
+            found = scan.damage(pos)
+            if found.bad is not None:
+                damaged(found.bad)
+            pos = found.next_unit
+            continue
+        if size < 0:
+            break  # the closing blank unit
+        yield file_from + pos, scan.buf, pos
+        pos += size
 
 
 def verify(store_dir: Path) -> VerifyReport:
