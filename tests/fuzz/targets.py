@@ -23,6 +23,7 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.segment_scan import BadRange
 from pipeline.readers import unit_batch
 from pipeline.readers.segments import SegmentWalker, WalkResult
+from tests.unit.pipeline.stores import unit
 
 MAX_FRAME = 1 << 16
 _I32 = struct.Struct(">i")
@@ -83,23 +84,13 @@ def properties(data: bytes) -> None:
     text = raw.decode(errors="replace")
     props = string_to_properties(text)
     assert string_to_properties(properties_to_string(props)) == props
-    unit = _unit(raw)
-    twin = unit_batch.scan_units_py(unit, 0, 0, len(unit))
-    assert twin.n == 1 and twin.end == len(unit)
+    one = unit(raw)
+    twin = unit_batch.scan_units_py(one, 0, 0, len(one))
+    assert twin.n == 1 and twin.end == len(one)
     assert twin.bad_text == ([] if text.encode() == raw else [0])
-    got = unit_batch.scan_units(unit, 0, 0, len(unit))
-    assert (got.n, got.end, got.full, got.bad_text) == (1, len(unit), False, twin.bad_text)
+    got = unit_batch.scan_units(one, 0, 0, len(one))
+    assert (got.n, got.end, got.full, got.bad_text) == (1, len(one), False, twin.bad_text)
     assert [bytes(b) for b in got.buffers] == [bytes(b) for b in twin.buffers]
-
-
-def _unit(props: bytes, topic: bytes = b"T", body: bytes = b"body", phys: int = 0) -> bytes:
-    size = codec.record_size(len(body), len(topic), len(props))
-    host = bytes([127, 0, 0, 1])
-    head = codec.HEADER.pack(
-        size, codec.MESSAGE_MAGIC, codec.body_crc(body), 1, 0, 7, phys, 0, 5, host, 9876, 6,
-        host, -1, 0, 0, len(body),
-    )  # fmt: skip
-    return head + body + bytes([len(topic)]) + topic + len(props).to_bytes(2, "big") + props
 
 
 def commitlog(data: bytes) -> None:
@@ -129,7 +120,7 @@ def commitlog(data: bytes) -> None:
         _disjoint(seg, verify_units, verify_bad)
 
 
-FIRST_UNIT = _unit(b"UNIQ_KEY\x01a\x02")
+FIRST_UNIT = unit(b"UNIQ_KEY\x01a\x02")
 
 
 def _disjoint(seg: bytes, units: list[int], bad: list[BadRange]) -> None:

@@ -21,7 +21,7 @@ from broker_runtime.store.segment_scan import nonzero_at
 from pipeline.readers import unit_batch
 from pipeline.readers.commitlog import Broker, plan_log, read_range, segment_files, summary
 from pipeline.readers.segments import WalkResult
-from tests.unit.pipeline.stores import stored, varied, write_store
+from tests.unit.pipeline.stores import stored, unit, varied, write_store
 
 UNDER_CI = os.environ.get("CI") == "true"
 PURE = os.environ.get(PURE_ENV, "") not in ("", "0")
@@ -190,17 +190,6 @@ def test_zeroed_unit_is_a_zero_gap_and_garbage_after_the_tail_is_reported(fresh:
         (victim.phys_offset, "zero_gap", True),
         (last.phys_offset + last.total_size, "garbage", False),
     ]
-
-
-def unit(props: bytes, topic: bytes = b"T", body: bytes = b"body", phys: int = 0) -> bytes:
-    """One message unit with raw TOPIC and PROPERTIES bytes (what the codec would refuse)."""
-    size = codec.record_size(len(body), len(topic), len(props))
-    host = bytes([10, 0, 0, 1])
-    header = codec.HEADER.pack(
-        size, codec.MESSAGE_MAGIC, codec.body_crc(body), 1, 0, 7, phys, 0, 5, host, 9876, 6,
-        host, -1, 0, 0, len(body),
-    )  # fmt: skip
-    return header + body + bytes([len(topic)]) + topic + len(props).to_bytes(2, "big") + props
 
 
 Scan = Callable[..., unit_batch.Units]
