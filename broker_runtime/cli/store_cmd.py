@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from broker_runtime.broker.damaged_units import skip_unit
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.store import inspect
 from broker_runtime.store.bench import run_bench
@@ -48,6 +49,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     dump.add_argument("--topic", default=None)
     dump.add_argument("--limit", type=int, default=None)
     dump.set_defaults(func=cmd_dump)
+    _add_skip_unit(cmds)
+
+
+def _add_skip_unit(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    skip = cmds.add_parser(
+        "skip-unit",
+        help="let pulls pass a damaged unit (recorded in config/skippedUnits.json)",
+    )
+    skip.add_argument("--store", type=Path, required=True)
+    skip.add_argument("--topic", required=True)
+    skip.add_argument("--queue", type=int, required=True)
+    skip.add_argument("--offset", type=int, required=True, help="the unit's queue offset")
+    skip.add_argument("--by", required=True, help="who decided (kept with the skip)")
+    skip.add_argument("--note", default="", help="why (kept with the skip)")
+    skip.set_defaults(func=cmd_skip_unit)
+
+
+def cmd_skip_unit(args: argparse.Namespace) -> int:
+    _require_store(args.store)
+    try:
+        record = skip_unit(args.store, args.topic, args.queue, args.offset, args.by, args.note)
+    except ValueError as e:
+        raise SystemExit(f"mqaudit: {e}") from None
+    print(json.dumps(record))
+    return 0
 
 
 def _positive(name: str, value: int) -> None:
