@@ -50,6 +50,9 @@ def test_check_unit_torn_when_totalsize_runs_past_the_limit() -> None:
     assert reason(bytes(unit[:100])) == "torn"  # a write cut short at the end of the data
     at = bytes(20) + bytes(unit[:-3])
     assert reason(at, pos=20) == "torn"
+    # The smallest possible unit, cut: torn too (not bad_size).
+    smallest = struct.pack(">ii", codec.HEADER_SIZE + 3, codec.MESSAGE_MAGIC) + bytes(40)
+    assert reason(smallest) == "torn"
 
 
 def test_check_unit_bad_crc_when_a_body_byte_flips() -> None:
