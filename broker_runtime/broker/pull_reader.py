@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from broker_runtime.broker.damaged_units import DamagedUnit, DamagedUnits, unit_damage
-from broker_runtime.broker.message_filter import TagFilter
+from broker_runtime.broker.message_filter import Subscription
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.consume_queue import CqEntry
 from broker_runtime.store.message_store import MessageStore
@@ -47,7 +47,7 @@ def read_queue(
     queue_id: int,
     offset: int,
     max_nums: int,
-    flt: TagFilter,
+    flt: Subscription,
     *,
     max_bytes: int,
     correct_offset: bool,
@@ -101,8 +101,8 @@ def read_queue(
                 continue
             next_offset, stopped = e.queue_offset, True
             break
-        if not flt.matches_all and not flt.tag_matches(codec.decode(raw).tags):
-            continue  # a tag hash collision
+        if not flt.matches_all and not flt.unit_matches(codec.decode(raw)):
+            continue  # a tag hash collision, or properties the expression does not take
         units.append(raw)
         size += e.size
         last_phys = e.phys_offset
