@@ -15,6 +15,7 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
 from broker_runtime.store.record_codec import MessageRejected, RecordError
 from tests.unit.broker_runtime.record_codec_helpers import encode_at, full_message
+from tests.unit.pipeline.stores import unit as unit_bytes
 
 # -- check_unit ---------------------------------------------------------------------------------
 
@@ -33,6 +34,8 @@ def reason(buf: bytes | bytearray, pos: int = 0, limit: int | None = None, **kw:
 def test_check_unit_valid_returns_size() -> None:
     unit = valid_unit()
     assert codec.check_unit(unit, 0, len(unit)) == len(unit)
+    smallest = unit_bytes(b"", topic=b"", body=b"")  # no body, topic or properties: 91 bytes
+    assert codec.check_unit(smallest, 0, len(smallest)) == codec.HEADER_SIZE + 3
     assert codec.check_unit(bytes(unit) + bytes(100), 0, len(unit) + 100) == len(unit)
 
 
