@@ -56,6 +56,10 @@ def test_check_unit_torn_when_totalsize_runs_past_the_limit() -> None:
     # The smallest possible unit, cut: torn too (not bad_size).
     smallest = struct.pack(">ii", codec.HEADER_SIZE + 3, codec.MESSAGE_MAGIC) + bytes(40)
     assert reason(smallest) == "torn"
+    for total in (codec.HEADER_SIZE, codec.HEADER_SIZE + 2):  # below the smallest unit
+        head = struct.pack(">ii", total, codec.MESSAGE_MAGIC)
+        assert reason(head + bytes(40)) == "bad_size"  # cut short, and
+        assert reason(head + bytes(total)) == "bad_size"  # with room for it
 
 
 def test_check_unit_bad_crc_when_a_body_byte_flips() -> None:
