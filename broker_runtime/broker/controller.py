@@ -14,6 +14,7 @@ from broker_runtime.acl.accounts import Account, admin_account, load_accounts
 from broker_runtime.acl.signing import sign_command
 from broker_runtime.acl.validator import AclValidator
 from broker_runtime.broker.consumer_manager import ConsumerManager
+from broker_runtime.broker.damaged_units import DamagedUnits
 from broker_runtime.broker.long_polling import PullHoldService
 from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
@@ -62,6 +63,7 @@ class BrokerController:
             config.max_reconsume_times,
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
+        self.damaged = DamagedUnits(config.store.store_dir)
         self.consumers = ConsumerManager()
         self.stats = BrokerStats(self.clock.now_ms())
         self.delay_levels = config.store.delay_levels()
