@@ -15,7 +15,7 @@ from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import MQBrokerError, MQClientError, ReceivedMessage
 from broker_runtime.common.message import decode_offset_msg_id
 from broker_runtime.common.topics import validate_group, validate_topic
-from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, offset_table_rows
+from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData
 from broker_runtime.remoting.command import request
 from broker_runtime.remoting.connection import RemotingError
 from broker_runtime.remoting.headers import (
@@ -99,7 +99,7 @@ class MQAdmin:
         rows = [
             r
             for data in await self._on_each(brokers, RequestCode.GET_TOPIC_STATS_INFO, fields)
-            for r in offset_table_rows(data, "topic stats")
+            for r in data.get("offsetTable", [])
         ]
         return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
 
@@ -117,7 +117,7 @@ class MQAdmin:
                 if e.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                     continue  # the group never consumed from this broker
                 raise
-            rows += offset_table_rows(data, "consume stats")
+            rows += data.get("offsetTable", [])
         if not rows:
             raise MQClientError(f"group {group} has no consume progress on any broker")
         for r in rows:
@@ -141,7 +141,7 @@ class MQAdmin:
             data = await self.api.broker_json(
                 masters[broker], RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields
             )
-            rows += offset_table_rows(data, "offset reset")
+            rows += data.get("offsetTable", [])
         return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
 
     # -- messages ---------------------------------------------------------------------------

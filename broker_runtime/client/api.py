@@ -56,18 +56,6 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
-# Apache RocketMQ's broker reads a SEND_BATCH_MESSAGE's header only as SendMessageRequestHeaderV2,
-# whose fields are one letter each (a = producerGroup, ...); a batch carries both namings, so
-# that a broker reading the long ones (mqaudit's, before it learnt V2) takes it too.
-_BATCH_NAMES = dict(
-    zip(
-        "producerGroup topic defaultTopic defaultTopicQueueNums queueId sysFlag bornTimestamp "
-        "flag properties reconsumeTimes unitMode maxReconsumeTimes batch".split(),
-        "abcdefghijklm",
-        strict=True,
-    )
-)
-
 
 def decode_messages(body: bytes, broker: str) -> list[ReceivedMessage]:
     """A pull response body: CommitLog units back to back, each checked (CRC included)."""
@@ -178,11 +166,9 @@ class MQClientAPI:
 
     def send_request(self, header: SendMessageRequestHeader, body: bytes) -> RemotingCommand:
         """A SEND_MESSAGE (or SEND_BATCH_MESSAGE) request, signed; for any transport."""
-        if not header.batch:
-            return self._sign(request(RequestCode.SEND_MESSAGE, header.fields(), body))
-        fields = header.fields()
-        fields.update({_BATCH_NAMES[k]: v for k, v in fields.items() if k in _BATCH_NAMES})
-        return self._sign(request(RequestCode.SEND_BATCH_MESSAGE, fields, body))
+        if header.batch:
+            return self._sign(request(RequestCode.SEND_BATCH_MESSAGE, header.v2().fields(), body))
+        return self._sign(request(RequestCode.SEND_MESSAGE, header.fields(), body))
 
     async def send_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes) -> None:
         await self.invoke_oneway(addr, request(RequestCode.SEND_MESSAGE, header.fields(), body))

@@ -41,7 +41,6 @@ from broker_runtime.remoting.bodies import (
     HeartbeatData,
     SubscriptionData,
     decode_json,
-    offset_table_rows,
 )
 from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.connection import Connection
@@ -217,7 +216,7 @@ class ConsumerBase:
         if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
             return
         try:
-            rows = offset_table_rows(decode_json(cmd.body, "offset reset"), "offset reset")
+            rows = decode_json(cmd.body, "offset reset").get("offsetTable", [])
             reset = {
                 MessageQueue(str(r["topic"]), str(r["brokerName"]), int(r["queueId"])): int(
                     r["offset"]

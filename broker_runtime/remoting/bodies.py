@@ -12,16 +12,17 @@
 from __future__ import annotations
 
 import json
-import re
 import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from broker_runtime.common.message import properties_to_string, string_to_properties
+from broker_runtime.remoting import fastjson
 
 PERM_READ = 4
 PERM_WRITE = 2
+PERM_INHERIT = 1  # a new topic may take this one's config (TBW102)
 MASTER_ID = 0
 
 
@@ -29,56 +30,10 @@ class BodyError(ValueError):
     """A body that does not have the shape its request code promises."""
 
 
-# fastjson, which Apache RocketMQ's name server and broker write bodies with, leaves a map's
-# non-string keys unquoted: {0:"127.0.0.1:10911"} for a Long key (brokerAddrs), the object
-# itself for a MessageQueue key ({{"brokerName":..}:{..}}, ConsumeStats' offsetTable).
-# Anything else not a token (a stray quote) is a token of its own, which json.loads refuses.
-_FASTJSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+|\S', re.S)
-
-
-def _quote_keys(text: str) -> str:
-    """fastjson's text as strict JSON: a key that is not a string becomes the string of its
-    own JSON text (`0` -> "0", `{"queueId":0}` -> "{\"queueId\":0}"), keys inside it too;
-    everything else is kept token for token."""
-    tokens = _FASTJSON_TOKEN.findall(text)
-    out: list[str] = []
-    stack: list[str] = []  # the open brackets
-    key_next = False  # the next token is where an object's key goes
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if key_next and tok not in ("}", ",") and not tok.startswith('"'):
-            end, depth = i, 0
-            while end < len(tokens):  # the key's tokens: up to the ':' at the key's depth
-                depth += tokens[end] in ("{", "[")
-                depth -= tokens[end] in ("}", "]")
-                if depth == 0 and tokens[end + 1 : end + 2] == [":"]:
-                    break
-                end += 1
-            out.append(json.dumps(_quote_keys("".join(tokens[i : end + 1]))))
-            i, key_next = end + 1, False
-            continue
-        out.append(tok)
-        if tok in ("{", "["):
-            stack.append(tok)
-        elif tok in ("}", "]") and stack:
-            stack.pop()
-        key_next = bool(stack) and stack[-1] == "{" and tok in ("{", ",")
-        i += 1
-    return "".join(out)
-
-
 def _load(raw: bytes, what: str) -> dict[str, Any]:
-    """A JSON object body, strict JSON or as fastjson writes it (see `_quote_keys`)."""
     try:
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as strict:
-            try:
-                data = json.loads(_quote_keys(raw.decode()))
-            except json.JSONDecodeError:
-                raise strict from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = fastjson.loads(raw.decode())  # RocketMQ's own bodies may be fastjson's dialect
+    except (UnicodeDecodeError, ValueError) as e:
         raise BodyError(f"{what} body is not JSON: {e}") from None
     if not isinstance(data, dict):
         raise BodyError(f"{what} body is not a JSON object")
@@ -233,37 +188,6 @@ class HeartbeatData:
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise BodyError(f"heartbeat body has a bad shape: {e!r}") from None
-
-
-def offset_table_rows(
-    data: dict[str, Any], what: str, value: str = "offset"
-) -> list[dict[str, Any]]:
-    """The `offsetTable` of a ConsumeStats, TopicStatsTable or ResetOffsetBody: one row per
-    queue, its topic, brokerName and queueId beside the queue's figures.
-
-    Apache RocketMQ keys that table by MessageQueue (here the key is that queue's JSON, see
-    `_quote_keys`), its value an object of figures or one number (named `value` in the row);
-    mqaudit's broker writes the rows themselves.
-    """
-    table = data.get("offsetTable", [])
-    rows: list[Any]
-    if isinstance(table, list):
-        rows = table
-    elif isinstance(table, dict):
-        rows = []
-        for key, figures in table.items():
-            try:
-                mq = json.loads(key)
-            except json.JSONDecodeError:
-                raise BodyError(f"{what} offsetTable key {key!r} is not a message queue") from None
-            rows.append({**mq, **(figures if isinstance(figures, dict) else {value: figures})})
-    else:
-        raise BodyError(f"{what} offsetTable is neither rows nor a table")
-    for row in rows:
-        if not isinstance(row, dict):
-            raise BodyError(f"{what} offsetTable entry {row!r} is not an object")
-        _mq_of(row)
-    return rows
 
 
 def encode_json(obj: object) -> bytes:
