@@ -1,13 +1,21 @@
-"""`make bench` (cluster part): this broker vs RabbitMQ vs Redis Streams, side by side.
+"""`make bench` (cluster part): this broker vs Apache RocketMQ, RabbitMQ and Redis Streams.
 
-Each system runs on loopback in a temporary directory, started and stopped here (the peers:
-peers.py), all of them at once. Producers are separate processes, each sending 1 KiB
-messages one at a time and waiting for the acknowledgement, for `--seconds`; batch sends
-are 64 messages per request (Redis: a pipeline of 64 XADDs). The systems take turns at each
-case, `--rounds` times in alternating order, so that a shared machine's load weighs on all
-of them alike. Every producer is a blocking client, as the peers' pika and redis-py are:
-ours is SyncProducer; the asyncio Producer awaiting each send is measured too ("ours
-asyncio"). What an acknowledgement means:
+Each system runs on loopback in a temporary directory, started and stopped here (ours.py,
+peers.py, rocketmq_peer.py), all of them at once. Producers send 1 KiB messages one at a
+time, each waiting for its acknowledgement, for `--seconds`; batch sends are 64 messages per
+request (Redis: a pipeline of 64 XADDs). The systems take turns at each case, `--rounds`
+times in alternating order, so that a shared machine's load weighs on all of them alike;
+each run is printed with the 1-minute load average when it ended.
+
+Apache RocketMQ 4.9.7, the reference, and this broker, each one master with ASYNC flush and
+no slave, are driven by the same clients: the official Java producer (one JVM, 1 or 8
+sending threads) and this project's SyncProducer (1 or 8 processes), named `java->` and
+`python->`; then each client's consumer reads everything back. The ratios this broker /
+Apache RocketMQ per client and case have the goal 1.0.
+
+Against RabbitMQ and Redis, this broker runs two groups; every producer is a blocking client,
+as the peers' pika and redis-py are: ours is SyncProducer; the asyncio Producer awaiting each
+send is measured too ("ours asyncio"). What an acknowledgement means:
 - this broker: a sync send, answered once the message is in the CommitLog; the cluster runs
   with ASYNC flush (RocketMQ's default: the log is flushed every 500 ms, as Redis's
   `appendfsync everysec`), no slaves unless `--slaves`. The single sends are repeated on a
@@ -17,241 +25,38 @@ asyncio"). What an acknowledgement means:
   messages, a publisher confirm per publish.
 Then one consumer reads everything back (XREADGROUP + XACK, basic_consume + ack, push
 consumer). Last, `--messages` go end to end through this broker and every one is checked
-off. Figures (with the 1-minute load average when each case ended) and ratios are printed;
-the goals are reported, never asserted.
+off. Figures and ratios are printed; the goals are reported, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import ours
 import peers
-from peers import log
+import rocketmq_peer
+from ours import BATCH, TOPIC
+from peers import Run, log
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-# The client is imported here, before producer processes fork: on a loaded machine, 8 of
-# them each importing it would still be at it when the clock starts.
-from broker_runtime.client.model import new_message  # noqa: E402 - after the path is set
-from broker_runtime.client.producer import Producer  # noqa: E402
-from broker_runtime.client.sync import SyncProducer  # noqa: E402
-from broker_runtime.common import aio  # noqa: E402
-
-TOPIC, GROUP = "Bench", peers.GROUP
-BATCH = 64
-
-
-def mqaudit(*args: str) -> str:
-    cmd = [sys.executable, "-m", "broker_runtime.cli.main", *args]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
-
-
-@contextlib.contextmanager
-def our_cluster(work: Path, slaves: bool, flush: str = "async") -> Iterator[str]:
-    data = work / "cluster"
-    args = ["up", "--data-dir", str(data), "--groups", "broker-a,broker-b", "--detach"]
-    mqaudit("cluster", *args, "--slaves" if slaves else "--no-slaves", "--flush", flush)
-    try:
-        ns: str = json.loads((data / "cluster.json").read_text())["namesrv_addr"]
-        mqaudit("admin", "topic-create", "--namesrv", ns, "--topic", TOPIC, "--queues", "4")
-        time.sleep(1.5)  # brokers register the topic with the name servers
-        yield ns
-    finally:
-        mqaudit("cluster", "down", "--data-dir", str(data))
-
-
-# -- producer processes ---------------------------------------------------------------------
-def ours_producer(ns: str, batch: int, size: int, producers: int, seconds: float) -> Any:
-    """SyncProducer: blocking sends from the calling thread, as pika's and redis-py's are."""
-    with SyncProducer(Producer(ns, "bench-producer")) as p:
-        body = b"x" * size
-        if batch == 1:
-            return peers.timed(lambda: p.send(new_message(TOPIC, body)), 1, producers, seconds)
-
-        def send_batch() -> None:
-            p.send_batch([new_message(TOPIC, body) for _ in range(batch)])
-
-        return peers.timed(send_batch, batch, producers, seconds)
-
-
-def ours_asyncio_producer(ns: str, batch: int, size: int, producers: int, seconds: float) -> Any:
-    """The asyncio Producer, awaiting each send (batch 1 only)."""
-
-    async def main() -> peers.Timed:
-        async with Producer(ns, "bench-producer") as p:
-            body = b"x" * size
-            for _ in range(peers.WARM_UP):
-                await p.send(new_message(TOPIC, body))
-            start = peers.wait_for_start(producers)  # blocks the loop: nothing else runs yet
-            lat: list[float] = []
-            end = start + seconds
-            while time.time() < end:
-                t = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
-                await p.send(new_message(TOPIC, body))
-                lat.append(time.perf_counter() - t)
-            return len(lat), start, time.time(), lat
-
-    return aio.run(main())
-
-
-Run = tuple[int, float, list[float]]  # messages, seconds, latencies of one timed run
-
-
-def run_producers(fn: Callable[..., Any], target: Any, producers: int, batch: int,
-                  size: int, seconds: float) -> Run:  # fmt: skip
-    peers.new_start_line()
-    with mp.get_context("fork").Pool(producers) as pool:
-        results: list[peers.Timed] = pool.starmap(
-            fn, [(target, batch, size, producers, seconds)] * producers
-        )
-    lat = [x for r in results for x in r[3]]
-    return sum(r[0] for r in results), max(r[2] for r in results) - results[0][1], lat
-
-
-def summarize(runs: list[Run], loads: list[float]) -> dict[str, Any]:
-    """The runs of one case as one figure: all messages over all timed seconds."""
-    count, elapsed = sum(r[0] for r in runs), sum(r[1] for r in runs)
-    lat = sorted(x for r in runs for x in r[2])
-    return {
-        "messages": count,
-        "msgs_per_s": round(count / elapsed),
-        "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
-        "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 3),
-        "load1": round(sum(loads) / len(loads), 2),
-    }
-
-
-# -- consumers ------------------------------------------------------------------------------
-def bench_consumer(ns: str, group: str, topic: str, listener: Any) -> Any:
-    """A push consumer from the first offset, with bigger pulls and consume batches."""
-    from broker_runtime.client.model import ConsumeFromWhere
-    from broker_runtime.client.push_consumer import PushConsumer
-
-    c = PushConsumer(
-        ns, group, listener, consume_from=ConsumeFromWhere.FIRST_OFFSET, batch_max=32,
-        pull_batch_size=256, pull_threshold_for_queue=4000,
-    )  # fmt: skip
-    c.subscribe(topic)
-    return c
-
-
-def ours_consume(ns: str, count: int) -> float:
-    """Seconds for a push consumer to get `count` messages (everything of the send cases)."""
-    from broker_runtime.client.consume_service import ConsumeContext
-    from broker_runtime.client.model import ConsumeStatus, ReceivedMessage
-
-    async def main() -> float:
-        got = [0]
-        done = asyncio.Event()
-
-        async def listener(msgs: list[ReceivedMessage], ctx: ConsumeContext) -> ConsumeStatus:
-            got[0] += len(msgs)
-            if got[0] >= count:
-                done.set()
-            return ConsumeStatus.CONSUME_SUCCESS
-
-        c = bench_consumer(ns, GROUP, TOPIC, listener)
-        t = time.perf_counter()
-        await c.start()
-        await asyncio.wait_for(done.wait(), 600)
-        elapsed = time.perf_counter() - t
-        await c.shutdown()
-        return elapsed
-
-    return aio.run(main())
-
-
-# -- end to end through this broker ---------------------------------------------------------
-def e2e_consumer(ns: str, total: int, conn: Any) -> None:
-    """Check off every sequence number; report when all arrived or nothing came for 60 s."""
-    from broker_runtime.client.consume_service import ConsumeContext
-    from broker_runtime.client.model import ConsumeStatus, ReceivedMessage
-
-    async def main() -> dict[str, float]:
-        seen = bytearray(total)
-        state = {"unique": 0, "dups": 0, "last": time.monotonic()}
-        done = asyncio.Event()
-
-        async def listener(msgs: list[ReceivedMessage], ctx: ConsumeContext) -> ConsumeStatus:
-            for m in msgs:
-                seq = int.from_bytes(m.body[:8], "big")
-                if seen[seq]:
-                    state["dups"] += 1
-                else:
-                    seen[seq] = 1
-                    state["unique"] += 1
-            state["last"] = time.monotonic()
-            if state["unique"] >= total:
-                done.set()
-            return ConsumeStatus.CONSUME_SUCCESS
-
-        c = bench_consumer(ns, "e2e-group", "E2E", listener)
-        await c.start()
-        conn.send("ready")
-        while not done.is_set() and time.monotonic() - state["last"] < 60:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), 1)
-        finished = time.time()
-        await c.shutdown()
-        return {**state, "finished": finished, "lost": total - state["unique"]}
-
-    conn.send(aio.run(main()))
-
-
-def e2e_producer(ns: str, first: int, last: int, size: int) -> int:
-    async def main() -> int:
-        pad = b"x" * max(0, size - 8)
-        async with Producer(ns, "e2e-producer") as p:
-            for start in range(first, last, BATCH):
-                seqs = range(start, min(start + BATCH, last))
-                await p.send_batch([new_message("E2E", s.to_bytes(8, "big") + pad) for s in seqs])
-        return last - first
-
-    return aio.run(main())
-
-
-def end_to_end(ns: str, total: int, size: int, producers: int = 4) -> dict[str, Any]:
-    mqaudit("admin", "topic-create", "--namesrv", ns, "--topic", "E2E", "--queues", "4")
-    time.sleep(1.5)
-    ctx = mp.get_context("fork")
-    ours, theirs = ctx.Pipe()
-    consumer = ctx.Process(target=e2e_consumer, args=(ns, total, theirs))
-    consumer.start()
-    ours.recv()  # the consumer is subscribed before the first message
-    start = time.time()
-    step = -(-total // producers)
-    with ctx.Pool(producers) as pool:
-        pool.starmap(
-            e2e_producer, [(ns, i, min(i + step, total), size) for i in range(0, total, step)]
-        )
-    produced = time.time()
-    result = ours.recv()
-    consumer.join()
-    return {
-        "messages": total,
-        "produce_msgs_per_s": round(total / (produced - start)),
-        "end_to_end_s": round(result["finished"] - start, 1),
-        "end_to_end_msgs_per_s": round(total / (result["finished"] - start)),
-        "lost": result["lost"],
-        "duplicates": result["dups"],
-    }
-
-
-# -- the run --------------------------------------------------------------------------------
+Runner = Callable[[int, int], Run]  # (producers, messages per request) -> one timed run
+CLIENTS = ("java", "python")
+BROKERS = ("apache", "mqaudit")
 GOALS = [  # (figure, over, at least): ratios of msgs/s between two cases
+    *[
+        (f"{c}->mqaudit {case}", f"{c}->apache {case}", 1.0)
+        for case in ("send x{n}", "batch64 x1", "consume")
+        for c in CLIENTS
+    ],
     ("ours send x{n}", "rabbitmq send x{n}", 3.0),
     ("ours send x{n}", "redis send x{n}", 0.5),
     ("ours batch64 x1", "redis pipeline64 x1", 0.5),
@@ -264,13 +69,159 @@ ALSO = [
 ]
 
 
-def stored_count(ns: str) -> int:
-    rows = json.loads(mqaudit("admin", "topic-status", "--namesrv", ns, "--topic", TOPIC, "--json"))
-    return sum(r["maxOffset"] - r["minOffset"] for r in rows)
+def load1() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
+class Bench:
+    """The figures of one run of the benchmark, case by case, printed as they come."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.figures: dict[str, dict[str, Any]] = {}
+
+    def case(self, name: str, result: dict[str, Any]) -> None:
+        self.figures[name] = {"load1": load1(), **result}
+        print(json.dumps({"case": name, **self.figures[name]}), flush=True)
+
+    def forked(self, fn: Callable[..., peers.Timed], target: Any) -> Runner:
+        """A case whose producers are forked processes running `fn`."""
+        a = self.args
+        return lambda n, batch: peers.run_producers(fn, target, n, batch, a.size, a.seconds)
+
+    def java(self, ns: str) -> Runner:
+        """A case whose producer is the official Java one, sending to `ns`."""
+        a = self.args
+        return lambda n, batch: rocketmq_peer.java_producer(ns, TOPIC, n, batch, a.size, a.seconds)
+
+    def side_by_side(self, cases: list[tuple[str, Runner]], n: int, batch: int) -> None:
+        """Every system's run of one case in turn, `--rounds` times, each round in the
+        reverse order of the last: the load of a shared machine drifts, and so it drifts
+        alike for all of them. A run that fails is reported and leaves its case out."""
+        runs: dict[str, list[tuple[Run, float]]] = {name: [] for name, _ in cases}
+        for r in range(self.args.rounds):
+            for name, runner in cases if r % 2 == 0 else cases[::-1]:
+                log(f"{name}: {n} producer(s), {batch} message(s) per request, round {r + 1}")
+                try:
+                    run = runner(n, batch)
+                except Exception as e:
+                    log(f"{name}, round {r + 1} failed: {e!r}"[:2000])
+                    continue
+                runs[name].append((run, load1()))
+                rate = round(run.messages / run.seconds)
+                print(json.dumps({"run": name, "round": r + 1, "msgs_per_s": rate,
+                                  "p50_ms": round(run.p50_ms, 3), "load1": load1()}),
+                      flush=True)  # fmt: skip
+        for name, done in runs.items():
+            if done:
+                self.case(name, summarize(done))
+
+    def consume_rounds(self, cases: list[tuple[str, Callable[[str], float], int]]) -> None:
+        """Each (name, consume(group) -> seconds, messages) reads everything back, with a new
+        consumer group each round, the rounds in alternating order as the sends."""
+        runs: dict[str, list[tuple[Run, float]]] = {name: [] for name, _, _ in cases}
+        for r in range(self.args.rounds):
+            for name, consume, count in cases if r % 2 == 0 else cases[::-1]:
+                log(f"{name}: {count:,} messages, round {r + 1}")
+                group = f"bench_{name.split('->')[0]}_{r + 1}"
+                try:
+                    seconds = consume(group)
+                except Exception as e:
+                    log(f"{name}, round {r + 1} failed: {e!r}"[:2000])
+                    continue
+                runs[name].append((Run(count, seconds, 0.0, 0.0), load1()))
+                print(json.dumps({"run": name, "round": r + 1, "msgs_per_s": round(count / seconds),
+                                  "load1": load1()}), flush=True)  # fmt: skip
+        for name, done in runs.items():
+            if done:
+                self.case(name, {k: v for k, v in summarize(done).items() if "_ms" not in k})
+
+    def consume(self, prefix: str, count: int, seconds: float) -> None:
+        self.case(f"{prefix} consume", {"messages": count, "msgs_per_s": round(count / seconds)})
+
+
+def summarize(runs: list[tuple[Run, float]]) -> dict[str, Any]:
+    """The runs of one case as one figure: all messages over all timed seconds; the
+    percentiles and the load average (when each run ended) averaged over the runs."""
+    count, elapsed = sum(r.messages for r, _ in runs), sum(r.seconds for r, _ in runs)
+    return {
+        "messages": count,
+        "msgs_per_s": round(count / elapsed),
+        "p50_ms": round(sum(r.p50_ms for r, _ in runs) / len(runs), 3),
+        "p99_ms": round(sum(r.p99_ms for r, _ in runs) / len(runs), 3),
+        "load1": round(sum(load for _, load in runs) / len(runs), 2),
+    }
+
+
+def against_apache(bench: Bench, work: Path, systems: contextlib.ExitStack) -> None:
+    """Apache RocketMQ's broker and this one, same settings, the same clients driving both."""
+    producers = bench.args.producers
+    log("Apache RocketMQ 4.9.7 and this broker: one master each, ASYNC flush, no slave")
+    nss = {
+        "apache": systems.enter_context(rocketmq_peer.real_cluster(work / "apache")),
+        "mqaudit": systems.enter_context(ours.our_cluster(work / "peer", False, groups="broker-a")),
+    }
+    ours.create_topic(nss["apache"], TOPIC)
+
+    def cases(what: str) -> list[tuple[str, Runner]]:
+        return [
+            *[(f"java->{b} {what}", bench.java(nss[b])) for b in BROKERS],
+            *[(f"python->{b} {what}", bench.forked(ours.ours_producer, nss[b])) for b in BROKERS],
+        ]
+
+    for n in producers:
+        bench.side_by_side(cases(f"send x{n}"), n, 1)
+    bench.side_by_side(cases("batch64 x1"), 1, BATCH)
+    counts = {b: ours.stored_count(nss[b]) for b in BROKERS}
+    bench.consume_rounds([
+        *[(f"java->{b} consume", partial(rocketmq_peer.java_consume, nss[b], TOPIC, counts[b]),
+           counts[b]) for b in BROKERS],
+        *[(f"python->{b} consume", partial(ours.ours_consume, nss[b], counts[b]), counts[b])
+          for b in BROKERS],
+    ])  # fmt: skip
+
+
+def against_others(bench: Bench, work: Path, systems: contextlib.ExitStack) -> str:
+    """This broker (two groups) vs Redis Streams and RabbitMQ; its name server's address."""
+    args, skip = bench.args, bench.args.skip
+    log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
+    ns = systems.enter_context(ours.our_cluster(work / "ours", args.slaves))
+    sends = [("ours", ours.ours_producer, ns), ("ours asyncio", ours.ours_asyncio_producer, ns)]
+    batches = [("ours batch64 x1", bench.forked(ours.ours_producer, ns))]
+    if "syncflush" not in skip:
+        log("this broker again, SYNC flush: a send is answered after the fdatasync")
+        ns_sync = systems.enter_context(ours.our_cluster(work / "sync", args.slaves, "sync"))
+        sends.append(("ours syncflush", ours.ours_producer, ns_sync))
+    if "redis" not in skip:
+        log("Redis Streams (appendonly, fsync every second)")
+        redis_port = systems.enter_context(peers.redis_server(work / "redis"))
+        sends.append(("redis", peers.redis_producer, redis_port))
+        batches.append(("redis pipeline64 x1", bench.forked(peers.redis_producer, redis_port)))
+    rabbit = "rabbitmq" not in skip and peers.ensure_rabbitmq()
+    if rabbit:
+        log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
+        rabbit_port = systems.enter_context(peers.rabbitmq_server(work / "rabbitmq"))
+        sends.append(("rabbitmq", peers.rabbit_producer, rabbit_port))
+    elif "rabbitmq" not in skip:
+        log("RabbitMQ could not be installed: its cases are left out")
+    for n in args.producers:
+        cases = [(f"{name} send x{n}", bench.forked(fn, t)) for name, fn, t in sends]
+        bench.side_by_side(cases, n, 1)
+    bench.side_by_side(batches, 1, BATCH)
+    count = ours.stored_count(ns)
+    bench.consume("ours", count, ours.ours_consume(ns, count))
+    if "redis" not in skip:
+        count = peers.redis_stored(redis_port)
+        bench.consume("redis", count, peers.redis_consume(redis_port, count))
+    if rabbit:
+        count = peers.rabbit_stored(rabbit_port)
+        bench.consume("rabbitmq", count, peers.rabbit_consume(rabbit_port, count))
+    return ns
+
+
+# -- the report -----------------------------------------------------------------------------
 def ratios(
-    figures: dict[str, dict[str, Any]], producers: list[int], pairs: Sequence[tuple[Any, ...]]
+    figures: dict[str, dict[str, Any]], producers: list[int], pairs: list[tuple[Any, ...]]
 ) -> list[dict[str, Any]]:
     """Each pair's ratio of msgs/s, for every producer count; with a verdict when it has a
     goal."""
@@ -286,12 +237,32 @@ def ratios(
     return out
 
 
+def apache_table(figures: dict[str, dict[str, Any]], producers: list[int]) -> None:
+    """msg/s of each client on each broker, and the ratio this broker / Apache RocketMQ."""
+    whats = [*(f"send x{n}" for n in producers), "batch64 x1", "consume"]
+    rows = [
+        (f"{what}, {client} client", [figures.get(f"{client}->{b} {what}") for b in BROKERS])
+        for what in whats
+        for client in CLIENTS
+    ]
+    rows = [(label, pair) for label, pair in rows if any(pair)]
+    if rows:
+        print(
+            f"\n{'Apache RocketMQ 4.9.7 vs mqaudit':34} {'apache':>10} {'mqaudit':>10} {'ratio':>6}"
+        )
+    for label, (theirs, mine) in rows:
+        rates = [f"{f['msgs_per_s']:>10,}" if f else f"{'failed':>10}" for f in (theirs, mine)]
+        ratio = round(mine["msgs_per_s"] / theirs["msgs_per_s"], 2) if theirs and mine else ""
+        print(f"{label:34} {rates[0]} {rates[1]} {ratio!s:>6}")
+
+
 def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dict[str, Any]]:
     print(f"\n{'case':28} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'load':>6}")
     for name, f in figures.items():
         if "p50_ms" in f or name.endswith("consume"):
             p50, p99 = f.get("p50_ms", ""), f.get("p99_ms", "")
             print(f"{name:28} {f['msgs_per_s']:>10,} {p50!s:>8} {p99!s:>8} {f['load1']:>6}")
+    apache_table(figures, producers)
     verdicts = ratios(figures, producers, GOALS)
     e2e = figures.get("ours end-to-end")
     if e2e is not None:
@@ -303,97 +274,50 @@ def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dic
     print()
     for v in verdicts:
         peer = f" / {v['peer']}" if "peer" in v else ""
-        print(f"{v['ours'] + peer:52} {v['ratio']:>8}  goal {v['goal']}: "
+        print(f"{v['ours'] + peer:56} {v['ratio']:>8}  goal {v['goal']}: "
               f"{'met' if v['met'] else 'NOT met'}")  # fmt: skip
     for v in ratios(figures, producers, ALSO):
-        print(f"{v['ours'] + ' / ' + v['peer']:52} {v['ratio']:>8}  (for comparison)")
+        print(f"{v['ours'] + ' / ' + v['peer']:56} {v['ratio']:>8}  (for comparison)")
     return verdicts
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="per send case and round")
-    ap.add_argument("--rounds", type=int, default=2, help="of each send case, order reversed")
+    ap.add_argument("--rounds", type=int, default=2, help="of each case, order reversed")
     ap.add_argument("--size", type=int, default=1024, help="body bytes")
-    ap.add_argument("--producers", default="1,8", help="producer process counts")
+    ap.add_argument("--producers", default="1,8", help="producer counts (processes, threads)")
     ap.add_argument("--messages", type=int, default=1_000_000, help="end to end (0: skip)")
-    ap.add_argument("--slaves", action="store_true", help="run this broker with slaves")
-    ap.add_argument("--skip", default="", help="cases to leave out: rabbitmq,redis,syncflush")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench-out" / "cluster_bench.json")
+    ap.add_argument("--slaves", action="store_true", help="run this broker with slaves (not "
+                    "against Apache RocketMQ, which runs without)")  # fmt: skip
+    ap.add_argument("--skip", default="", help="cases to leave out: "
+                    "rocketmq,others (RabbitMQ, Redis and what this broker does against them),"
+                    "rabbitmq,redis,syncflush")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=ours.ROOT / "bench-out" / "cluster_bench.json")
     args = ap.parse_args()
-    producers = [int(x) for x in args.producers.split(",")]
-    skip = set(filter(None, args.skip.split(",")))
-    figures: dict[str, dict[str, Any]] = {}
-
-    def case(name: str, result: dict[str, Any]) -> None:
-        figures[name] = {"load1": round(os.getloadavg()[0], 2), **result}
-        print(json.dumps({"case": name, **figures[name]}), flush=True)
-
-    def side_by_side(cases: list[tuple[str, Callable[..., Any], Any]], n: int, batch: int) -> None:
-        """Every system's run of one case in turn, `--rounds` times, each round in the
-        reverse order of the last: the load of a shared machine drifts, and so it drifts
-        alike for all of them."""
-        runs: dict[str, list[Run]] = {name: [] for name, _, _ in cases}
-        loads: dict[str, list[float]] = {name: [] for name, _, _ in cases}
-        for r in range(args.rounds):
-            for name, fn, target in cases if r % 2 == 0 else cases[::-1]:
-                log(f"{name}: {n} producer(s), {batch} message(s) per request, round {r + 1}")
-                runs[name].append(run_producers(fn, target, n, batch, args.size, args.seconds))
-                loads[name].append(os.getloadavg()[0])
-        for name, _, _ in cases:
-            case(name, summarize(runs[name], loads[name]))
-
-    def consume(prefix: str, count: int, seconds: float) -> None:
-        case(f"{prefix} consume", {"messages": count, "msgs_per_s": round(count / seconds)})
-
+    args.producers = [int(x) for x in args.producers.split(",")]
+    args.skip = set(filter(None, args.skip.split(",")))
+    bench = Bench(args)
     work = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
-    log(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    log(f"load average at the start: {load1():.2f} on {os.cpu_count()} cores")
     try:
         with contextlib.ExitStack() as systems:
-            log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
-            ns = systems.enter_context(our_cluster(work / "ours", args.slaves))
-            sends: list[tuple[str, Callable[..., Any], Any]] = [
-                ("ours", ours_producer, ns),
-                ("ours asyncio", ours_asyncio_producer, ns),
-            ]
-            batches: list[tuple[str, Callable[..., Any], Any]] = [
-                ("ours batch64 x1", ours_producer, ns)
-            ]
-            if "syncflush" not in skip:
-                log("this broker again, SYNC flush: a send is answered after the fdatasync")
-                ns_sync = systems.enter_context(our_cluster(work / "sync", args.slaves, "sync"))
-                sends.append(("ours syncflush", ours_producer, ns_sync))
-            if "redis" not in skip:
-                log("Redis Streams (appendonly, fsync every second)")
-                redis_port = systems.enter_context(peers.redis_server(work / "redis"))
-                sends.append(("redis", peers.redis_producer, redis_port))
-                batches.append(("redis pipeline64 x1", peers.redis_producer, redis_port))
-            rabbit = "rabbitmq" not in skip and peers.ensure_rabbitmq()
-            if rabbit:
-                log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
-                rabbit_port = systems.enter_context(peers.rabbitmq_server(work / "rabbitmq"))
-                sends.append(("rabbitmq", peers.rabbit_producer, rabbit_port))
-            elif "rabbitmq" not in skip:
-                log("RabbitMQ could not be installed: its cases are left out")
-            for n in producers:
-                side_by_side([(f"{name} send x{n}", fn, t) for name, fn, t in sends], n, 1)
-            side_by_side(batches, 1, BATCH)
-            count = stored_count(ns)
-            consume("ours", count, ours_consume(ns, count))
-            if "redis" not in skip:
-                count = peers.redis_stored(redis_port)
-                consume("redis", count, peers.redis_consume(redis_port, count))
-            if rabbit:
-                count = peers.rabbit_stored(rabbit_port)
-                consume("rabbitmq", count, peers.rabbit_consume(rabbit_port, count))
-            if args.messages > 0:
-                log(f"this broker: {args.messages:,} messages end to end")
-                case("ours end-to-end", end_to_end(ns, args.messages, args.size))
+            if "rocketmq" not in args.skip:
+                why_not = rocketmq_peer.available()
+                if why_not is None:
+                    against_apache(bench, work, systems)
+                else:
+                    log(f"Apache RocketMQ left out: {why_not} (make system-deps installs maven)")
+            if "others" not in args.skip:
+                ns = against_others(bench, work, systems)
+                if args.messages > 0:
+                    log(f"this broker: {args.messages:,} messages end to end")
+                    bench.case("ours end-to-end", ours.end_to_end(ns, args.messages, args.size))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    verdicts = report(figures, producers)
+    verdicts = report(bench.figures, args.producers)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"figures": figures, "goals": verdicts}, indent=2))
+    args.out.write_text(json.dumps({"figures": bench.figures, "goals": verdicts}, indent=2))
     print(f"\nfigures written to {args.out}")
     return 0
 
