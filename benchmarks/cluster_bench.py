@@ -31,24 +31,29 @@ off. Figures and ratios are printed; the goals are reported, never asserted.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import ours
 import peers
+import psutil
 import rocketmq_peer
 from ours import BATCH, TOPIC
 from peers import Run, log
 
-Runner = Callable[[int, int], Run]  # (producers, messages per request) -> one timed run
+Runner = Callable[[int], Run]  # round -> one timed run
+Case = tuple[str, Runner, Sequence[int]]  # name, runner, the broker pids whose CPU it counts
 CLIENTS = ("java", "python")
 BROKERS = ("apache", "mqaudit")
 GOALS = [  # (figure, over, at least): ratios of msgs/s between two cases
@@ -73,111 +78,145 @@ def load1() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+class CpuClock:
+    """The CPU time (user + system, all threads) of some processes, sampled every 50 ms in a
+    thread: what each used between two wall-clock times, a run's start and end."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.procs = {pid: psutil.Process(pid) for pid in pids}
+        self.samples: dict[int, list[tuple[float, float]]] = {pid: [] for pid in pids}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stopped.wait(0.05):
+            for pid, proc in self.procs.items():
+                with contextlib.suppress(psutil.Error):
+                    self.samples[pid].append((time.time(), sum(proc.cpu_times()[:2])))
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def used(self, pids: Sequence[int], start: float, end: float) -> float:
+        """CPU seconds `pids` used from `start` to `end` (interpolated between samples)."""
+
+        def at(pid: int, t: float) -> float:
+            times = [ts for ts, _ in self.samples[pid]]
+            i = min(max(bisect.bisect_left(times, t), 1), len(times) - 1)
+            (t0, c0), (t1, c1) = self.samples[pid][i - 1], self.samples[pid][i]
+            return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+        return sum(at(pid, end) - at(pid, start) for pid in pids)
+
+
 class Bench:
     """The figures of one run of the benchmark, case by case, printed as they come."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.figures: dict[str, dict[str, Any]] = {}
+        self.cpu: CpuClock | None = None  # of the brokers whose CPU the cases count
 
     def case(self, name: str, result: dict[str, Any]) -> None:
         self.figures[name] = {"load1": load1(), **result}
         print(json.dumps({"case": name, **self.figures[name]}), flush=True)
 
-    def forked(self, fn: Callable[..., peers.Timed], target: Any) -> Runner:
-        """A case whose producers are forked processes running `fn`."""
+    def forked(self, fn: Callable[..., peers.Timed], target: Any, n: int, batch: int) -> Runner:
+        """Runs of `n` forked producer processes, each running `fn`."""
         a = self.args
-        return lambda n, batch: peers.run_producers(fn, target, n, batch, a.size, a.seconds)
+        return lambda _: peers.run_producers(fn, target, n, batch, a.size, a.seconds)
 
-    def java(self, ns: str) -> Runner:
-        """A case whose producer is the official Java one, sending to `ns`."""
+    def java(self, ns: str, n: int, batch: int) -> Runner:
+        """Runs of the official Java producer (`n` threads), sending to `ns`."""
         a = self.args
-        return lambda n, batch: rocketmq_peer.java_producer(ns, TOPIC, n, batch, a.size, a.seconds)
+        return lambda _: rocketmq_peer.java_producer(ns, TOPIC, n, batch, a.size, a.seconds)
 
-    def side_by_side(self, cases: list[tuple[str, Runner]], n: int, batch: int) -> None:
+    def consumer(self, consume: Callable[[str], Run], client: str) -> Runner:
+        """Runs of `consume(group)`, reading everything back, with a new group each round."""
+        return lambda r: consume(f"bench_{client}_{r}")
+
+    def side_by_side(self, cases: list[Case]) -> None:
         """Every system's run of one case in turn, `--rounds` times, each round in the
         reverse order of the last: the load of a shared machine drifts, and so it drifts
         alike for all of them. A run that fails is reported and leaves its case out."""
-        runs: dict[str, list[tuple[Run, float]]] = {name: [] for name, _ in cases}
-        for r in range(self.args.rounds):
-            for name, runner in cases if r % 2 == 0 else cases[::-1]:
-                log(f"{name}: {n} producer(s), {batch} message(s) per request, round {r + 1}")
+        runs: dict[str, list[tuple[Run, float, float | None]]] = {name: [] for name, *_ in cases}
+        for r in range(1, self.args.rounds + 1):
+            for name, runner, pids in cases if r % 2 == 1 else cases[::-1]:
+                log(f"{name}, round {r}")
                 try:
-                    run = runner(n, batch)
+                    run = runner(r)
                 except Exception as e:
-                    log(f"{name}, round {r + 1} failed: {e!r}"[:2000])
+                    log(f"{name}, round {r} failed: {e!r}"[:2000])
                     continue
-                runs[name].append((run, load1()))
-                rate = round(run.messages / run.seconds)
-                print(json.dumps({"run": name, "round": r + 1, "msgs_per_s": rate,
-                                  "p50_ms": round(run.p50_ms, 3), "load1": load1()}),
-                      flush=True)  # fmt: skip
+                cpu = None
+                if pids and self.cpu is not None:
+                    cpu = self.cpu.used(pids, run.start, run.end) / run.messages * 1e6
+                runs[name].append((run, load1(), cpu))
+                row = {"run": name, "round": r, "msgs_per_s": round(run.messages / run.seconds),
+                       "p50_ms": round(run.p50_ms, 3), "load1": load1()}  # fmt: skip
+                if cpu is not None:
+                    row["broker_cpu_us_per_msg"] = round(cpu, 1)
+                print(json.dumps(row), flush=True)
         for name, done in runs.items():
             if done:
                 self.case(name, summarize(done))
-
-    def consume_rounds(self, cases: list[tuple[str, Callable[[str], float], int]]) -> None:
-        """Each (name, consume(group) -> seconds, messages) reads everything back, with a new
-        consumer group each round, the rounds in alternating order as the sends."""
-        runs: dict[str, list[tuple[Run, float]]] = {name: [] for name, _, _ in cases}
-        for r in range(self.args.rounds):
-            for name, consume, count in cases if r % 2 == 0 else cases[::-1]:
-                log(f"{name}: {count:,} messages, round {r + 1}")
-                group = f"bench_{name.split('->')[0]}_{r + 1}"
-                try:
-                    seconds = consume(group)
-                except Exception as e:
-                    log(f"{name}, round {r + 1} failed: {e!r}"[:2000])
-                    continue
-                runs[name].append((Run(count, seconds, 0.0, 0.0), load1()))
-                print(json.dumps({"run": name, "round": r + 1, "msgs_per_s": round(count / seconds),
-                                  "load1": load1()}), flush=True)  # fmt: skip
-        for name, done in runs.items():
-            if done:
-                self.case(name, {k: v for k, v in summarize(done).items() if "_ms" not in k})
 
     def consume(self, prefix: str, count: int, seconds: float) -> None:
         self.case(f"{prefix} consume", {"messages": count, "msgs_per_s": round(count / seconds)})
 
 
-def summarize(runs: list[tuple[Run, float]]) -> dict[str, Any]:
+def summarize(runs: list[tuple[Run, float, float | None]]) -> dict[str, Any]:
     """The runs of one case as one figure: all messages over all timed seconds; the
-    percentiles and the load average (when each run ended) averaged over the runs."""
-    count, elapsed = sum(r.messages for r, _ in runs), sum(r.seconds for r, _ in runs)
-    return {
-        "messages": count,
-        "msgs_per_s": round(count / elapsed),
-        "p50_ms": round(sum(r.p50_ms for r, _ in runs) / len(runs), 3),
-        "p99_ms": round(sum(r.p99_ms for r, _ in runs) / len(runs), 3),
-        "load1": round(sum(load for _, load in runs) / len(runs), 2),
-    }
+    percentiles, the load average (when each run ended) and the broker's CPU time per
+    message averaged over the runs."""
+    count, elapsed = sum(r.messages for r, *_ in runs), sum(r.seconds for r, *_ in runs)
+    figure = {"messages": count, "msgs_per_s": round(count / elapsed)}
+    if any(r.p50_ms for r, *_ in runs):
+        figure["p50_ms"] = round(sum(r.p50_ms for r, *_ in runs) / len(runs), 3)
+        figure["p99_ms"] = round(sum(r.p99_ms for r, *_ in runs) / len(runs), 3)
+    figure["load1"] = round(sum(load for _, load, _ in runs) / len(runs), 2)
+    cpus = [cpu for *_, cpu in runs if cpu is not None]
+    if cpus:
+        figure["broker_cpu_us_per_msg"] = round(sum(cpus) / len(cpus), 1)
+    return figure
 
 
 def against_apache(bench: Bench, work: Path, systems: contextlib.ExitStack) -> None:
     """Apache RocketMQ's broker and this one, same settings, the same clients driving both."""
-    producers = bench.args.producers
     log("Apache RocketMQ 4.9.7 and this broker: one master each, ASYNC flush, no slave")
-    nss = {
-        "apache": systems.enter_context(rocketmq_peer.real_cluster(work / "apache")),
-        "mqaudit": systems.enter_context(ours.our_cluster(work / "peer", False, groups="broker-a")),
-    }
-    ours.create_topic(nss["apache"], TOPIC)
+    ns_apache, pid_apache = systems.enter_context(rocketmq_peer.real_cluster(work / "apache"))
+    one_broker = ("--groups", "broker-a", "--name-servers", "1")
+    ns_ours = systems.enter_context(ours.our_cluster(work / "peer", False, "async", *one_broker))
+    rocketmq_peer.create_topic(ns_apache, TOPIC)
+    nss = {"apache": ns_apache, "mqaudit": ns_ours}
+    pids = {"apache": [pid_apache], "mqaudit": ours.broker_pids(work / "peer")}
+    bench.cpu = CpuClock([pid for b in BROKERS for pid in pids[b]])
+    systems.callback(bench.cpu.close)
 
-    def cases(what: str) -> list[tuple[str, Runner]]:
-        return [
-            *[(f"java->{b} {what}", bench.java(nss[b])) for b in BROKERS],
-            *[(f"python->{b} {what}", bench.forked(ours.ours_producer, nss[b])) for b in BROKERS],
+    def sends(what: str, n: int, batch: int) -> list[Case]:
+        java = [(f"java->{b} {what}", bench.java(nss[b], n, batch), pids[b]) for b in BROKERS]
+        return java + [
+            (f"python->{b} {what}", bench.forked(ours.ours_producer, nss[b], n, batch), pids[b])
+            for b in BROKERS
         ]
 
-    for n in producers:
-        bench.side_by_side(cases(f"send x{n}"), n, 1)
-    bench.side_by_side(cases("batch64 x1"), 1, BATCH)
-    counts = {b: ours.stored_count(nss[b]) for b in BROKERS}
-    bench.consume_rounds([
-        *[(f"java->{b} consume", partial(rocketmq_peer.java_consume, nss[b], TOPIC, counts[b]),
-           counts[b]) for b in BROKERS],
-        *[(f"python->{b} consume", partial(ours.ours_consume, nss[b], counts[b]), counts[b])
-          for b in BROKERS],
+    for n in bench.args.producers:
+        bench.side_by_side(sends(f"send x{n}", n, 1))
+    bench.side_by_side(sends("batch64 x1", 1, BATCH))
+    counts = {
+        "apache": rocketmq_peer.stored_count(ns_apache, TOPIC),
+        "mqaudit": ours.stored_count(ns_ours),
+    }
+    log(f"stored: {counts}; each round reads them all back with a new consumer group")
+    consumers = {
+        "java": partial(rocketmq_peer.java_consume, topic=TOPIC),
+        "python": ours.ours_consume,
+    }
+    bench.side_by_side([
+        (f"{c}->{b} consume", bench.consumer(partial(consumers[c], nss[b], counts[b]), c), pids[b])
+        for c in CLIENTS for b in BROKERS
     ])  # fmt: skip
 
 
@@ -187,7 +226,7 @@ def against_others(bench: Bench, work: Path, systems: contextlib.ExitStack) -> s
     log(f"this broker: 2 groups, {'with' if args.slaves else 'no'} slaves, async flush")
     ns = systems.enter_context(ours.our_cluster(work / "ours", args.slaves))
     sends = [("ours", ours.ours_producer, ns), ("ours asyncio", ours.ours_asyncio_producer, ns)]
-    batches = [("ours batch64 x1", bench.forked(ours.ours_producer, ns))]
+    batches: list[Case] = [("ours batch64 x1", bench.forked(ours.ours_producer, ns, 1, BATCH), ())]
     if "syncflush" not in skip:
         log("this broker again, SYNC flush: a send is answered after the fdatasync")
         ns_sync = systems.enter_context(ours.our_cluster(work / "sync", args.slaves, "sync"))
@@ -196,7 +235,8 @@ def against_others(bench: Bench, work: Path, systems: contextlib.ExitStack) -> s
         log("Redis Streams (appendonly, fsync every second)")
         redis_port = systems.enter_context(peers.redis_server(work / "redis"))
         sends.append(("redis", peers.redis_producer, redis_port))
-        batches.append(("redis pipeline64 x1", bench.forked(peers.redis_producer, redis_port)))
+        redis_batch = bench.forked(peers.redis_producer, redis_port, 1, BATCH)
+        batches.append(("redis pipeline64 x1", redis_batch, ()))
     rabbit = "rabbitmq" not in skip and peers.ensure_rabbitmq()
     if rabbit:
         log("RabbitMQ (durable queue, persistent messages, publisher confirms)")
@@ -205,11 +245,12 @@ def against_others(bench: Bench, work: Path, systems: contextlib.ExitStack) -> s
     elif "rabbitmq" not in skip:
         log("RabbitMQ could not be installed: its cases are left out")
     for n in args.producers:
-        cases = [(f"{name} send x{n}", bench.forked(fn, t)) for name, fn, t in sends]
-        bench.side_by_side(cases, n, 1)
-    bench.side_by_side(batches, 1, BATCH)
+        bench.side_by_side(
+            [(f"{name} send x{n}", bench.forked(fn, t, n, 1), ()) for name, fn, t in sends]
+        )
+    bench.side_by_side(batches)
     count = ours.stored_count(ns)
-    bench.consume("ours", count, ours.ours_consume(ns, count))
+    bench.consume("ours", count, ours.ours_consume(ns, count).seconds)
     if "redis" not in skip:
         count = peers.redis_stored(redis_port)
         bench.consume("redis", count, peers.redis_consume(redis_port, count))
@@ -238,7 +279,8 @@ def ratios(
 
 
 def apache_table(figures: dict[str, dict[str, Any]], producers: list[int]) -> None:
-    """msg/s of each client on each broker, and the ratio this broker / Apache RocketMQ."""
+    """msg/s of each client on each broker, the ratio this broker / Apache RocketMQ, and
+    each broker's CPU time per message (user + system, all its threads)."""
     whats = [*(f"send x{n}" for n in producers), "batch64 x1", "consume"]
     rows = [
         (f"{what}, {client} client", [figures.get(f"{client}->{b} {what}") for b in BROKERS])
@@ -247,13 +289,13 @@ def apache_table(figures: dict[str, dict[str, Any]], producers: list[int]) -> No
     ]
     rows = [(label, pair) for label, pair in rows if any(pair)]
     if rows:
-        print(
-            f"\n{'Apache RocketMQ 4.9.7 vs mqaudit':34} {'apache':>10} {'mqaudit':>10} {'ratio':>6}"
-        )
+        print(f"\n{'msg/s':28} {'apache':>9} {'mqaudit':>9} {'ratio':>6}   "
+              f"broker CPU us/msg: {'apache':>7} {'mqaudit':>7}")  # fmt: skip
     for label, (theirs, mine) in rows:
-        rates = [f"{f['msgs_per_s']:>10,}" if f else f"{'failed':>10}" for f in (theirs, mine)]
+        rates = [f"{f['msgs_per_s']:>9,}" if f else f"{'failed':>9}" for f in (theirs, mine)]
+        cpus = [f"{f.get('broker_cpu_us_per_msg', '') if f else '':>7}" for f in (theirs, mine)]
         ratio = round(mine["msgs_per_s"] / theirs["msgs_per_s"], 2) if theirs and mine else ""
-        print(f"{label:34} {rates[0]} {rates[1]} {ratio!s:>6}")
+        print(f"{label:28} {rates[0]} {rates[1]} {ratio!s:>6}   {'':18} {cpus[0]} {cpus[1]}")
 
 
 def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dict[str, Any]]:

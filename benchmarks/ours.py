@@ -69,12 +69,17 @@ def stored_count(ns: str, topic: str = TOPIC) -> int:
     return sum(r["maxOffset"] - r["minOffset"] for r in aio.run(main()))
 
 
+def broker_pids(work: Path) -> list[int]:
+    """The broker processes (masters and slaves) of the cluster `our_cluster(work)` runs."""
+    nodes = json.loads((work / "cluster" / "cluster.json").read_text())["nodes"]
+    return [int(n["pid"]) for n in nodes if n["role"] != "namesrv"]
+
+
 @contextlib.contextmanager
-def our_cluster(
-    work: Path, slaves: bool, flush: str = "async", groups: str = "broker-a,broker-b"
-) -> Iterator[str]:
+def our_cluster(work: Path, slaves: bool, flush: str = "async", *more: str) -> Iterator[str]:
+    """A cluster, two groups unless `more` says otherwise (`mqaudit cluster up` arguments)."""
     data = work / "cluster"
-    args = ["up", "--data-dir", str(data), "--groups", groups, "--detach"]
+    args = ["up", "--data-dir", str(data), "--groups", "broker-a,broker-b", "--detach", *more]
     mqaudit("cluster", *args, "--slaves" if slaves else "--no-slaves", "--flush", flush)
     try:
         ns: str = json.loads((data / "cluster.json").read_text())["namesrv_addr"]
@@ -132,12 +137,13 @@ def bench_consumer(ns: str, group: str, topic: str, listener: Any) -> Any:
     return c
 
 
-def ours_consume(ns: str, count: int, group: str = GROUP) -> float:
-    """Seconds for a push consumer to get `count` messages (everything of the send cases)."""
+def ours_consume(ns: str, count: int, group: str = GROUP) -> peers.Run:
+    """A push consumer getting `count` messages (everything of the send cases): from its
+    start to the last delivery."""
     from broker_runtime.client.consume_service import ConsumeContext
     from broker_runtime.client.model import ConsumeStatus, ReceivedMessage
 
-    async def main() -> float:
+    async def main() -> peers.Run:
         got = [0]
         done = asyncio.Event()
 
@@ -148,12 +154,12 @@ def ours_consume(ns: str, count: int, group: str = GROUP) -> float:
             return ConsumeStatus.CONSUME_SUCCESS
 
         c = bench_consumer(ns, group, TOPIC, listener)
-        t = time.perf_counter()
+        start = time.time()
         await c.start()
-        await asyncio.wait_for(done.wait(), 600)
-        elapsed = time.perf_counter() - t
+        await asyncio.wait_for(done.wait(), 120 + count / 500)
+        end = time.time()
         await c.shutdown()
-        return elapsed
+        return peers.Run(count, start, end)
 
     return aio.run(main())
 

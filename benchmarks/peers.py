@@ -89,13 +89,18 @@ def timed(send: Callable[[], None], per_call: int, producers: int, seconds: floa
 
 
 class Run(NamedTuple):
-    """One timed run of a case: messages acknowledged, seconds, latency of a send (a batch's
-    send for a batch) at the 50th and 99th percentiles."""
+    """One timed run of a case: messages acknowledged, its start and end (epoch seconds),
+    the latency of a send (a batch's send for a batch) at the 50th and 99th percentiles."""
 
     messages: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
+    start: float
+    end: float
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
 
 
 def run_producers(fn: Callable[..., Timed], target: Any, producers: int, batch: int,
@@ -108,7 +113,7 @@ def run_producers(fn: Callable[..., Timed], target: Any, producers: int, batch: 
         )
     lat = sorted(x for r in results for x in r[3])
     return Run(
-        sum(r[0] for r in results), max(r[2] for r in results) - results[0][1],
+        sum(r[0] for r in results), results[0][1], max(r[2] for r in results),
         lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000,
     )  # fmt: skip
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from tests.interop import rocketmq as apache  # noqa: E402 - after the path is set
 
 BROKER = {"mappedFileSizeCommitLog": str(1 << 30)}  # the rest: the harness's defaults
+CLUSTER = "interop"  # the harness's brokerClusterName
 FOREVER = str(2**31 - 1)  # --count: the clock ends a run
 
 
@@ -41,8 +43,9 @@ def available() -> str | None:
 
 
 @contextlib.contextmanager
-def real_cluster(work: Path) -> Iterator[str]:
-    """Apache RocketMQ's name server and broker on loopback; the name server's address."""
+def real_cluster(work: Path) -> Iterator[tuple[str, int]]:
+    """Apache RocketMQ's name server and broker on loopback: the name server's address and
+    the broker's pid."""
     apache.classpath()  # builds the Java programs first, when they are newer than the build
     with (
         apache.real_namesrv(work / "namesrv") as ns,
@@ -50,7 +53,31 @@ def real_cluster(work: Path) -> Iterator[str]:
     ):
         peers.log(f"Apache RocketMQ: name server {ns.addr} (pid {ns.pid}), "
                   f"broker {broker.addr} (pid {broker.pid})")  # fmt: skip
-        yield ns.addr
+        yield ns.addr, broker.pid
+
+
+def queue_offsets(ns: str, topic: str) -> list[tuple[int, int]]:
+    """(min, max) offset of each queue of `topic`, as the official `mqadmin topicStatus`
+    prints them (no rows while the topic has no route)."""
+    out = apache.mqadmin(ns, "topicStatus", "-t", topic)
+    rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
+    return [(int(r[2]), int(r[3])) for r in rows if len(r) >= 4 and r[1].isdigit()]
+
+
+def create_topic(ns: str, topic: str, queues: int = 4) -> None:
+    """`topic` on the real broker (the official `mqadmin updateTopic`), once its route has
+    every queue."""
+    n = str(queues)
+    apache.mqadmin(ns, "updateTopic", "-c", CLUSTER, "-t", topic, "-r", n, "-w", n)
+    deadline = time.monotonic() + 60
+    while len(queue_offsets(ns, topic)) < queues:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {topic} has no route at {ns} after 60 s")
+        time.sleep(0.2)
+
+
+def stored_count(ns: str, topic: str) -> int:
+    return sum(high - low for low, high in queue_offsets(ns, topic))
 
 
 def java_producer(ns: str, topic: str, producers: int, batch: int, size: int,
@@ -71,11 +98,13 @@ def java_producer(ns: str, topic: str, producers: int, batch: int, size: int,
     done = rows[-1]
     if not done.get("sent"):
         raise RuntimeError(f"the official producer sent nothing to {ns}: {errors[:1]}")
-    return peers.Run(done["sent"], done["timed_s"], done["p50_ms"], done["p99_ms"])
+    start = done["start_ms"] / 1000
+    return peers.Run(done["sent"], start, start + done["timed_s"], done["p50_ms"], done["p99_ms"])
 
 
-def java_consume(ns: str, topic: str, count: int, group: str) -> float:
-    """Seconds for the official push consumer to get `count` messages of `topic`."""
+def java_consume(ns: str, count: int, group: str, topic: str) -> peers.Run:
+    """The official push consumer getting `count` messages of `topic`: from its start to
+    the last delivery."""
     rows = apache.java(
         "PushConsumer", "--namesrv", ns, "--group", group, "--topic", topic,
         "--expect", str(count), "--quiet", "true", "--idle-ms", "30000",
@@ -84,4 +113,5 @@ def java_consume(ns: str, topic: str, count: int, group: str) -> float:
     done = rows[-1]
     if done["succeeded"] < count:
         raise RuntimeError(f"the official consumer got {done['succeeded']} of {count} messages")
-    return float(done["seconds"])
+    start = done["start_ms"] / 1000
+    return peers.Run(count, start, start + done["seconds"])

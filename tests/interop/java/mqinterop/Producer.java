@@ -28,8 +28,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * For benchmarks (sync and batch modes): --warmup N (N sync sends before the clock starts, not
  * counted or reported) and --seconds S (stop after S seconds, or at --count, whichever comes
  * first); with --seconds the summary also gives "sent" (messages acknowledged in the timed
- * part), "timed_s" (from the clock's start to the last acknowledgement) and the latency of
- * each send (a batch: of the whole batch) as "p50_ms" and "p99_ms".
+ * part), "start_ms" (the clock's start, epoch ms), "timed_s" (from there to the last
+ * acknowledgement) and the latency of each send (a batch: of the whole batch) as "p50_ms" and
+ * "p99_ms".
  * One JSON line per message (i, status, msgId, broker, queueId, queueOffset), then a summary.
  */
 public final class Producer {
@@ -44,8 +45,13 @@ public final class Producer {
         int count = args.getInt("count", 10);
         boolean quiet = Boolean.parseBoolean(args.get("quiet", "false"));
         AtomicInteger failed = new AtomicInteger();
-        for (int i = 0; i < args.getInt("warmup", 0); i++) {
-            producer.send(message(args, i));
+        try {
+            for (int i = 0; i < args.getInt("warmup", 0); i++) {
+                producer.send(message(args, i));
+            }
+        } catch (Exception e) {
+            producer.shutdown(); // its threads would keep the JVM alive
+            throw e;
         }
         Clock clock = new Clock(args.get("seconds", null));
         long start = clock.start;
@@ -201,6 +207,7 @@ public final class Producer {
     /** The timed part of a --seconds run: its deadline, acknowledged messages and latencies. */
     static final class Clock {
         final long start = System.nanoTime();
+        final long startMs = System.currentTimeMillis();
         final long deadline;
         final AtomicInteger sent = new AtomicInteger();
         final AtomicLong lastAck = new AtomicLong();
@@ -230,6 +237,7 @@ public final class Producer {
             long[] lat = latencies.stream().mapToLong(Long::longValue).sorted().toArray();
             done.put("sent", sent.get());
             done.put("timed_s", (lastAck.get() - start) / 1e9);
+            done.put("start_ms", startMs);
             done.put("p50_ms", lat[lat.length / 2] / 1e6);
             done.put("p99_ms", lat[Math.min(lat.length - 1, (int) (lat.length * 0.99))] / 1e6);
         }

@@ -23,8 +23,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * time), --max-reconsume N, --expect N (stop after N deliveries whose body does not match
  * --fail), --idle-ms (stop after so long with no delivery; default 15000), --access-key /
  * --secret-key, --quiet true (the summary only). One JSON line per delivery (the message and
- * the listener's answer), then a summary, whose "seconds" run from the start to the last
- * delivery. The process ends by itself: it is the Python test that decides what was right.
+ * the listener's answer), then a summary, whose "seconds" run from the start ("start_ms",
+ * epoch ms) to the last delivery. The process ends by itself: it is the Python test that decides what was right.
  */
 public final class PushConsumer {
     public static void main(String[] argv) throws Exception {
@@ -74,6 +74,7 @@ public final class PushConsumer {
             return status;
         });
         long started = System.nanoTime();
+        long startedMs = System.currentTimeMillis();
         consumer.start();
         Json.emit(Map.of("started", true));
         while (good.size() < expect && System.currentTimeMillis() - last.get() < idleMs) {
@@ -86,6 +87,7 @@ public final class PushConsumer {
         done.put("deliveries", deliveries.get());
         done.put("succeeded", good.size());
         done.put("seconds", Math.max(0, lastNanos.get() - started) / 1e9);
+        done.put("start_ms", startedMs);
         Json.emit(done);
     }
 }
