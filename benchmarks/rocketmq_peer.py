@@ -6,8 +6,9 @@ tests/interop/java/mqinterop): one Maven project builds the client programs and 
 broker, so they have one home, and this module only drives them.
 - Broker: one master, ASYNC_FLUSH, ASYNC_MASTER without a slave, 1 GiB CommitLog files
   (RocketMQ's defaults; the interop tests' 64 MiB files suit their small stores), in the JVM
-  the harness starts (-Xms256m -Xmx512m, Java 17). This broker's peer cluster gets the same:
-  one group, no slave, async flush, its 1 GiB default files.
+  the harness starts (-Xms256m -Xmx512m, Java 17), in a session of its own as this broker's
+  nodes and the other peers are (peers.py says why). This broker's peer cluster gets the
+  same: one group, one name server, no slave, async flush, its 1 GiB default files.
 - Producer: the official DefaultMQProducer in one JVM, `Producer --mode sync --threads N`
   (N threads sharing one producer, as an application does) or `--mode batch --batch 64`;
   `--warmup` sends before the clock, then `--seconds` of sends, each waiting for its

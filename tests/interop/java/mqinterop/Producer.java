@@ -27,7 +27,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * only), --access-key/--secret-key. Body of message i: "body-i" (padded with 'x' to --size).
  * For benchmarks (sync and batch modes): --warmup N (N sync sends before the clock starts, not
  * counted or reported) and --seconds S (stop after S seconds, or at --count, whichever comes
- * first); with --seconds the summary also gives "sent" (messages acknowledged in the timed
+ * first; a failed batch is then counted and reported as sync mode's sends are, not fatal);
+ * with --seconds the summary also gives "sent" (messages acknowledged in the timed
  * part), "start_ms" (the clock's start, epoch ms), "timed_s" (from there to the last
  * acknowledgement) and the latency of each send (a batch: of the whole batch) as "p50_ms" and
  * "p99_ms".
@@ -74,7 +75,17 @@ public final class Producer {
                             batch.add(message(args, i));
                         }
                         long t = System.nanoTime();
-                        SendResult r = producer.send(batch);
+                        SendResult r;
+                        try {
+                            r = producer.send(batch);
+                        } catch (Exception e) {
+                            if (!clock.timed()) {
+                                throw e;
+                            }
+                            failed.addAndGet(batch.size()); // a timed run goes on, as sync mode's
+                            error(from, e);
+                            continue;
+                        }
                         clock.acked(batch.size(), t);
                         String[] ids = r.getMsgId().split(",");
                         for (int k = 0; k < batch.size(); k++) {
@@ -217,12 +228,16 @@ public final class Producer {
             deadline = seconds == null ? Long.MAX_VALUE : start + (long) (Double.parseDouble(seconds) * 1e9);
         }
 
+        boolean timed() {
+            return deadline != Long.MAX_VALUE;
+        }
+
         boolean running() {
-            return deadline == Long.MAX_VALUE || System.nanoTime() < deadline;
+            return !timed() || System.nanoTime() < deadline;
         }
 
         void acked(int messages, long sentAt) {
-            if (deadline != Long.MAX_VALUE) {
+            if (timed()) {
                 long now = System.nanoTime();
                 latencies.add(now - sentAt);
                 sent.addAndGet(messages);
@@ -231,7 +246,7 @@ public final class Producer {
         }
 
         void summarize(Map<String, Object> done) {
-            if (deadline == Long.MAX_VALUE || latencies.isEmpty()) {
+            if (!timed() || latencies.isEmpty()) {
                 return;
             }
             long[] lat = latencies.stream().mapToLong(Long::longValue).sorted().toArray();
