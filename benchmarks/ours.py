@@ -42,8 +42,7 @@ def mqaudit(*args: str) -> str:
 
 
 def create_topic(ns: str, topic: str, queues: int = 4) -> None:
-    """`topic` on every master the name server knows (Apache RocketMQ's too), once its route
-    has all their queues."""
+    """`topic` on every master the name server knows, once its route has all their queues."""
 
     async def main() -> None:
         async with MQAdmin(ns) as admin:
