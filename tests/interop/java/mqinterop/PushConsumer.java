@@ -24,7 +24,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * --fail), --idle-ms (stop after so long with no delivery; default 15000), --access-key /
  * --secret-key, --quiet true (the summary only). One JSON line per delivery (the message and
  * the listener's answer), then a summary, whose "seconds" run from the start ("start_ms",
- * epoch ms) to the last delivery. The process ends by itself: it is the Python test that decides what was right.
+ * epoch ms) to the last delivery. The process ends by itself: it is the Python test that
+ * decides what was right.
  */
 public final class PushConsumer {
     public static void main(String[] argv) throws Exception {
