@@ -246,6 +246,9 @@ def against_others(bench: Bench, work: Path, systems: contextlib.ExitStack) -> s
         log("this broker again, SYNC flush: a send is answered after the fdatasync")
         ns_sync = systems.enter_context(ours.our_cluster(work / "sync", args.slaves, "sync"))
         sends.append(("ours syncflush", ours.ours_producer, ns_sync))
+    if "redis" not in skip and shutil.which("redis-server") is None:
+        log("redis-server is not installed (make system-deps installs it): its cases are left out")
+        skip.add("redis")
     if "redis" not in skip:
         log("Redis Streams (appendonly, fsync every second)")
         redis_port = systems.enter_context(peers.redis_server(work / "redis"))
