@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_runtime.broker.processors.consumer import R
 from broker_runtime.broker.queue_times import offset_by_time, store_time_at
+from broker_runtime.broker.stats import rocketmq_runtime_info
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
 from broker_runtime.broker.topic_config import TopicConfig
 from broker_runtime.common.delay import read_delay_offsets
@@ -15,10 +16,12 @@ from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
 from broker_runtime.remoting.bodies import decode_json, encode_json
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection, RemotingError
+from broker_runtime.remoting.fastjson import dumps_queue_table
 from broker_runtime.remoting.headers import (
     CreateTopicRequestHeader,
     OffsetResponseHeader,
     QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
     ResetOffsetRequestHeader,
     TopicHeader,
     TopicQueueHeader,
@@ -94,7 +97,7 @@ class AdminProcessor:
                     "lastUpdateTimestamp": store_time_at(store, cfg.topic_name, q, hi - 1),
                 }
             )
-        return response_to(cmd, R.SUCCESS, body=encode_json({"offsetTable": rows}))
+        return response_to(cmd, R.SUCCESS, body=dumps_queue_table(rows))
 
     async def consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Per queue: broker offset, the group's offset, time of its last consumed message."""
@@ -138,9 +141,7 @@ class AdminProcessor:
                 R.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"group {group} has no offsets on {self.ctl.name}",
             )
-        return response_to(
-            cmd, R.SUCCESS, body=encode_json({"offsetTable": rows, "consumeTps": 0.0})
-        )
+        return response_to(cmd, R.SUCCESS, body=dumps_queue_table(rows, consumeTps=0.0))
 
     async def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Set a group's offsets to the first message at or after a time, tell its clients."""
@@ -164,7 +165,7 @@ class AdminProcessor:
                 }
             )
         self.ctl.offsets.persist()
-        body = encode_json({"offsetTable": rows})
+        body = dumps_queue_table(rows, scalar=True)  # ResetOffsetBody
         for client in self.ctl.consumers.connections(h.group):
             assert isinstance(client, Connection)
             note = request(
@@ -181,10 +182,11 @@ class AdminProcessor:
         return response_to(cmd, R.SUCCESS, body=body)
 
     async def runtime_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        """GET_BROKER_RUNTIME_INFO: a KVTable of strings, as RocketMQ's."""
+        """GET_BROKER_RUNTIME_INFO: a KVTable of strings, RocketMQ's keys and this broker's."""
         ctl = self.ctl
         store = ctl.require_store()
         table: dict[str, Any] = {
+            **rocketmq_runtime_info(ctl),
             "brokerName": ctl.config.broker_name,
             "brokerId": ctl.config.broker_id,
             "brokerRole": ctl.role.value,
@@ -196,6 +198,8 @@ class AdminProcessor:
             "consumerGroups": len(ctl.consumers.groups),
             "queueAccessLock": ctl.access is not None,
         }
+        if ctl.damaged.met:
+            table["damagedUnits"] = encode_json(ctl.damaged.status()).decode()
         if ctl.schedule is not None:
             table["scheduleDelivered"] = ctl.schedule.delivered
             table["scheduleSkipped"] = ctl.schedule.skipped
@@ -274,4 +278,8 @@ class QueryProcessor:
         body = b"".join(u for u in units if u is not None)
         if not body:
             return response_to(cmd, R.QUERY_NOT_FOUND, f"no message with key {h.key} in {h.topic}")
-        return response_to(cmd, R.SUCCESS, body=body)
+        last = store.index.files[-1] if store.index is not None and store.index.files else None
+        out = QueryMessageResponseHeader(
+            last.end_timestamp if last else 0, last.end_phy_offset if last else 0
+        )
+        return response_to(cmd, R.SUCCESS, fields=out.fields(), body=body)

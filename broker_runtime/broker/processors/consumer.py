@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic
 from broker_runtime.common.topics import validate_group, validate_topic
+from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
 from broker_runtime.remoting.bodies import HeartbeatData, encode_json
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection, RemotingError
@@ -64,6 +65,8 @@ class ConsumerProcessor:
     async def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctl = self.ctl
         hb = HeartbeatData.decode(cmd.body)
+        for g in hb.producer_groups:
+            ctl.transactions.producer_seen(validate_group(g), hb.client_id, conn)
         for c in hb.consumers:
             validate_group(c.group_name)
             for s in c.subscriptions:
@@ -76,7 +79,8 @@ class ConsumerProcessor:
                 )
             if c.message_model == "CLUSTERING" and ctl.is_master and group.retry_queue_nums > 0:
                 ensure_retry_topic(ctl, group)
-            if ctl.consumers.register(hb.client_id, conn, c, ctl.clock.now_ms()):
+            now = ctl.clock.now_ms()
+            if ctl.consumers.register(hb.client_id, conn, c, now, cmd.language, cmd.version):
                 log.info("group %s: client %s joined or changed", c.group_name, hb.client_id)
                 notify_ids_changed(ctl, c.group_name)
         if hb.consumers:
@@ -98,6 +102,52 @@ class ConsumerProcessor:
         if not ids:
             return response_to(cmd, R.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return response_to(cmd, R.SUCCESS, body=encode_json({"consumerIdList": ids}))
+
+    async def consumer_connections(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST: a group's clients and subscriptions."""
+        group = TopicHeader.decode(cmd).consumer_group or ""
+        info = self.ctl.consumers.groups.get(group)
+        if info is None:
+            remark = f"the consumer group[{group}] not online"  # mqadmin prints it
+            return response_to(cmd, R.CONSUMER_NOT_ONLINE, remark)
+        connections = []
+        for ch in info.channels.values():
+            assert isinstance(ch.conn, Connection)
+            peer = ch.conn.peer_addr
+            connections.append(
+                {
+                    "clientId": ch.client_id,
+                    "clientAddr": f"{peer[0]}:{peer[1]}" if peer else "",
+                    "language": ch.language,
+                    "version": ch.version,
+                }
+            )
+        body = {
+            "connectionSet": connections,
+            "subscriptionTable": {
+                topic: {
+                    "topic": topic,
+                    "subString": sub.sub_string,
+                    "expressionType": sub.expression_type,
+                }
+                for topic, sub in info.subscriptions.items()
+            },
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+        }
+        return response_to(cmd, R.SUCCESS, body=encode_json(body))
+
+    async def consumed_by(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: groups subscribed to the topic or with offsets on it."""
+        topic = validate_topic(TopicHeader.decode(cmd).topic)
+        groups = self.ctl.consumers.groups_of_topic(topic)
+        groups |= {
+            key.partition(TOPIC_GROUP_SEPARATOR)[2]
+            for key in self.ctl.offsets.table()
+            if key.partition(TOPIC_GROUP_SEPARATOR)[0] == topic
+        }
+        return response_to(cmd, R.SUCCESS, body=encode_json({"groupList": sorted(groups)}))
 
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueueOffsetHeader.decode(cmd)
