@@ -36,7 +36,8 @@ from broker_runtime.common.topics import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.checkpoint import COMMITLOG, CONSUMEQUEUE
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import INGESTED_TABLES, table_path
+from pipeline.lake import TABLES as LAKE_TABLES
 from pipeline.transforms.messages import to_messages
 
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC: the largest lake stays within the day
@@ -348,7 +349,7 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
     """The ingested tables of `n` messages (skipped when already built with the tables'
     current columns); their row counts."""
     done = lake / "generated.json"
-    made = {"messages": n, "columns": {t: s.fieldNames() for t, s in S.TABLES.items()}}
+    made = {"messages": n, "columns": {t: s.fieldNames() for t, s in INGESTED_TABLES.items()}}
     if done.exists():
         before = json.loads(done.read_text())
         if {k: before.get(k) for k in made} == made:
@@ -366,9 +367,9 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         "ingest_checkpoint": checkpoint(spark, n),
     }
     rows = {}
-    for name, schema in S.TABLES.items():
+    for name, schema in INGESTED_TABLES.items():
         path = table_path(lake, name)
-        parts = S.PARTITIONS.get(name, ())
+        parts = LAKE_TABLES[name].partitions
         io.ensure_table(path, schema, parts)
         if name in tables:
             rows[name] = io.append(tables[name], path, schema, parts)

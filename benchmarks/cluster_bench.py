@@ -34,17 +34,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import peers
+from cluster_goals import report
 from peers import log
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # The client is imported here, before producer processes fork: on a loaded machine, 8 of
 # them each importing it would still be at it when the clock starts.
+from broker_runtime.client.consumer_options import ConsumerOptions  # noqa: E402
 from broker_runtime.client.model import new_message  # noqa: E402 - after the path is set
 from broker_runtime.client.producer import Producer  # noqa: E402
 from broker_runtime.client.sync import SyncProducer  # noqa: E402
@@ -141,9 +143,13 @@ def bench_consumer(ns: str, group: str, topic: str, listener: Any) -> Any:
     from broker_runtime.client.push_consumer import PushConsumer
 
     c = PushConsumer(
-        ns, group, listener, consume_from=ConsumeFromWhere.FIRST_OFFSET, batch_max=32,
-        pull_batch_size=256, pull_threshold_for_queue=4000,
-    )  # fmt: skip
+        ns,
+        group,
+        listener,
+        options=ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=256),
+        batch_max=32,
+        pull_threshold_for_queue=4000,
+    )
     c.subscribe(topic)
     return c
 
@@ -251,63 +257,9 @@ def end_to_end(ns: str, total: int, size: int, producers: int = 4) -> dict[str, 
 
 
 # -- the run --------------------------------------------------------------------------------
-GOALS = [  # (figure, over, at least): ratios of msgs/s between two cases
-    ("ours send x{n}", "rabbitmq send x{n}", 3.0),
-    ("ours send x{n}", "redis send x{n}", 0.5),
-    ("ours batch64 x1", "redis pipeline64 x1", 0.5),
-]
-# Not goals: the asyncio client awaiting each send; this broker flushing each send to disk
-# before answering, as RabbitMQ does.
-ALSO = [
-    ("ours asyncio send x{n}", "rabbitmq send x{n}"),
-    ("ours syncflush send x{n}", "rabbitmq send x{n}"),
-]
-
-
 def stored_count(ns: str) -> int:
     rows = json.loads(mqaudit("admin", "topic-status", "--namesrv", ns, "--topic", TOPIC, "--json"))
     return sum(r["maxOffset"] - r["minOffset"] for r in rows)
-
-
-def ratios(
-    figures: dict[str, dict[str, Any]], producers: list[int], pairs: Sequence[tuple[Any, ...]]
-) -> list[dict[str, Any]]:
-    """Each pair's ratio of msgs/s, for every producer count; with a verdict when it has a
-    goal."""
-    out = []
-    for a, b, *goal in pairs:
-        for n in producers if "{n}" in a else [1]:
-            fa, fb = figures.get(a.format(n=n)), figures.get(b.format(n=n))
-            if fa is not None and fb is not None:
-                ratio = round(fa["msgs_per_s"] / fb["msgs_per_s"], 2)
-                out.append({"ours": a.format(n=n), "peer": b.format(n=n), "ratio": ratio})
-                if goal:
-                    out[-1].update(goal=float(goal[0]), met=ratio >= float(goal[0]))
-    return out
-
-
-def report(figures: dict[str, dict[str, Any]], producers: list[int]) -> list[dict[str, Any]]:
-    print(f"\n{'case':28} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'load':>6}")
-    for name, f in figures.items():
-        if "p50_ms" in f or name.endswith("consume"):
-            p50, p99 = f.get("p50_ms", ""), f.get("p99_ms", "")
-            print(f"{name:28} {f['msgs_per_s']:>10,} {p50!s:>8} {p99!s:>8} {f['load1']:>6}")
-    verdicts = ratios(figures, producers, GOALS)
-    e2e = figures.get("ours end-to-end")
-    if e2e is not None:
-        print(f"\nend to end: {e2e['messages']:,} messages in {e2e['end_to_end_s']} s "
-              f"({e2e['end_to_end_msgs_per_s']:,} msg/s), lost {e2e['lost']}, "
-              f"duplicates {e2e['duplicates']}")  # fmt: skip
-        verdicts.append({"ours": "end-to-end lost", "ratio": e2e["lost"], "goal": 0,
-                         "met": e2e["lost"] == 0})  # fmt: skip
-    print()
-    for v in verdicts:
-        peer = f" / {v['peer']}" if "peer" in v else ""
-        print(f"{v['ours'] + peer:52} {v['ratio']:>8}  goal {v['goal']}: "
-              f"{'met' if v['met'] else 'NOT met'}")  # fmt: skip
-    for v in ratios(figures, producers, ALSO):
-        print(f"{v['ours'] + ' / ' + v['peer']:52} {v['ratio']:>8}  (for comparison)")
-    return verdicts
 
 
 def main() -> int:

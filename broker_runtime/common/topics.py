@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 
+from broker_runtime.common.constants import NAME_PATTERN
+
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_NAME_LENGTH = 127
 
 # fullmatch, not `^...$`: `$` would also accept a trailing newline.
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+_NAME = re.compile(NAME_PATTERN)
 
 
 class InvalidNameError(ValueError):

@@ -16,25 +16,22 @@ from typing import Any
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from broker_runtime.common.progress import Ticker, reporter
 from broker_runtime.offsets.json_file import CorruptStateError
 from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import checkpoint as C
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
-from pipeline.progress import Ticker, say
+from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources
 from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_snapshot, plan_cq
+from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 Key = tuple[str, int, str]
 _SNAPSHOT_KEY = S.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
-
-
-def table_path(lake: str | Path, name: str) -> str:
-    """Where table `name` lives in the lake."""
-    return f"{str(lake).rstrip('/')}/{name}"
 
 
 def run_ingest(
@@ -47,7 +44,7 @@ def run_ingest(
     broker_name: str | None = None,
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> IngestResult:
     """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
     started = time.monotonic()
     brokers = discover_brokers(Path(data_dir), broker_name)  # bad paths fail before Spark starts
@@ -63,7 +60,7 @@ class _Ingest:
         self.io = DeltaIO(spark)
         self.data_dir = data_dir
         self.lake = lake
-        self.progress = progress
+        self.say = reporter("ingest", progress)
         self.warnings: list[str] = []
         self.quarantine: list[dict[str, Any]] = []
         self.results: dict[Key, dict[str, int]] = {}
@@ -74,18 +71,17 @@ class _Ingest:
 
     def run(
         self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
-    ) -> dict[str, Any]:
-        say(
+    ) -> IngestResult:
+        self.say(
             f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
             f"({self.io.backend} Delta backend)",
-            self.progress,
         )
-        for name, schema in S.TABLES.items():
-            self.io.ensure_table(self.path(name), schema, S.PARTITIONS.get(name, ()))
+        for name, schema in INGESTED_TABLES.items():
+            self.io.ensure_table(self.path(name), schema, TABLES[name].partitions)
         state = C.load_state(self._rows("ingest_checkpoint"))
         if state.unfinished:
             plan = C.resume_plan(state, brokers)
-            say(f"resuming run {plan.run}, which did not finish", self.progress)
+            self.say(f"resuming run {plan.run}, which did not finish")
         else:
             plan = self._new_plan(state, brokers, range_bytes)
         if plan.has_work and not plan.resumed:
@@ -147,10 +143,9 @@ class _Ingest:
         if not tasks:
             return {}
         total = sum(t.stop - t.start for t in tasks)
-        say(
+        self.say(
             f"run {plan.run}: {len(tasks)} ranges, {total / 1e6:,.1f} MB of CommitLog from "
             f"{len({t.path for t in tasks})} segment files",
-            self.progress,
         )
         acc = self.spark.sparkContext.accumulator({}, ByKey())
 
@@ -162,11 +157,11 @@ class _Ingest:
                 f"{sum(d['units'] for d in done):,} messages"
             )
 
-        with Ticker(line, enabled=self.progress):
+        with Ticker(self.say, line):
             n = ingest_log(self.io, tasks, self.path("messages"), plan.run, acc)
         self.appended["messages"] = max(n, 0)
         summaries: Summaries = dict(acc.value)
-        say(line(), self.progress)
+        self.say(line())
         for item in items:
             mine = [
                 s
@@ -199,7 +194,7 @@ class _Ingest:
         if files:
             n = ingest_consume_queues(self.io, files, self.path("consume_queue"), plan.run)
             self.appended["consume_queue"] = max(n, 0)
-            say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files", self.progress)
+            self.say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files")
 
     def _offsets(self, brokers: list[Broker], run: int) -> None:
         have = {
@@ -222,8 +217,8 @@ class _Ingest:
     def _ledgers(self, ledger_url: str | None, run: int) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)
         for name, url, schema, keys in (
-            ("message_stub", sources.message_stub, S.MESSAGE_STUB, S.MESSAGE_STUB_KEY),
-            ("message_log", sources.message_log, S.MESSAGE_LOG, S.MESSAGE_LOG_KEY),
+            ("message_stub", sources.message_stub, S.MESSAGE_STUB, TABLES["message_stub"].key),
+            ("message_log", sources.message_log, S.MESSAGE_LOG, TABLES["message_log"].key),
         ):
             if url is None:
                 continue
@@ -240,7 +235,7 @@ class _Ingest:
                 df = self.spark.read.schema(schema).parquet(str(stage))
                 n = self.io.merge_upsert(df, self.path(name), schema, keys)
                 self.appended[name] = n
-                say(f"{name}: {max(n, 0):,} new or changed rows", self.progress)
+                self.say(f"{name}: {max(n, 0):,} new or changed rows")
             finally:
                 shutil.rmtree(stage.parent, ignore_errors=True)
 
@@ -283,13 +278,13 @@ class _Ingest:
     # -- helpers --------------------------------------------------------------------------
 
     def _append_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
-        return self.io.append_rows(rows, self.path(table), S.TABLES[table])
+        return self.io.append_rows(rows, self.path(table), TABLES[table].schema)
 
     def _rows(self, table: str) -> list[dict[str, Any]]:
         """A small table's rows (read on the driver)."""
-        return list(self.io.read_small(self.path(table), S.TABLES[table]).to_pylist())
+        return list(self.io.read_small(self.path(table), TABLES[table].schema).to_pylist())
 
-    def _summary(self, plan: C.RunPlan, started: float) -> dict[str, Any]:
+    def _summary(self, plan: C.RunPlan, started: float) -> IngestResult:
         seconds = time.monotonic() - started
         messages = sum(r.get("rows", 0) for k, r in self.results.items() if k[2] == C.COMMITLOG)
         reasons: dict[str, int] = {}
@@ -320,7 +315,7 @@ class _Ingest:
 
 
 def _quarantine_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row[k] for k in S.QUARANTINE_KEY)
+    return tuple(row[k] for k in TABLES["quarantine"].key)
 
 
 def _bad(

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from broker_runtime.ledger.producer import ProducerLedger
 from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import table_path
 from pipeline.remediation.resend_plan import Candidate, body_hash_ok
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from broker_runtime.common import findings
 from pipeline import audit_schemas as A
 from pipeline.transforms.audit_common import conform, stored_copies
 
@@ -96,11 +97,13 @@ def audit_dead_letters(
     chain = F.coalesce(
         F.col("retry_chain"), F.array().cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
     )
-    cause = F.when(F.col("count") > 1, A.MAX_RECONSUME_TIMES).otherwise(A.SENT_TO_DLQ_DIRECTLY)
+    cause = F.when(F.col("count") > 1, findings.MAX_RECONSUME_TIMES).otherwise(
+        findings.SENT_TO_DLQ_DIRECTLY
+    )
     return rows.select(
         "msg_id",
         "group",
-        F.lit(A.DEAD_LETTERED).alias("kind"),
+        F.lit(findings.DEAD_LETTERED).alias("kind"),
         cause.alias("cause"),
         "count",
         F.col("first.topic").alias("topic"),

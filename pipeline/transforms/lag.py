@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from broker_runtime.common import findings
 from pipeline import audit_schemas as A
 from pipeline.transforms.audit_common import (
     QUEUE,
@@ -121,7 +122,7 @@ def audit_lag(
         .select(
             F.col("oldest_key").alias("msg_id"),
             "group",
-            F.lit(A.LAG).alias("kind"),
+            F.lit(findings.LAG).alias("kind"),
             "cause",
             F.col("lag_messages").alias("count"),
             *QUEUE,
