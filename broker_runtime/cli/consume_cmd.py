@@ -40,7 +40,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--timeout", type=float, default=10.0, help="stop after this many seconds with no message"
     )
-    p.add_argument("--tags", default="*", help="tag expression: * or 'TAGA || TAGB'")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tags", default="*", help="tag expression: * or 'TAGA || TAGB'")
+    which.add_argument(
+        "--sql", default=None, help="SQL92 over message properties (broker: enable_property_filter)"
+    )
     p.add_argument(
         "--from",
         dest="consume_from",
@@ -93,7 +97,10 @@ async def _consume(args: argparse.Namespace, progress: Count) -> dict[str, int]:
         ),
         threads=args.threads,
     )
-    consumer.subscribe(args.topic, args.tags)
+    if args.sql is not None:
+        consumer.subscribe(args.topic, args.sql, "SQL92")
+    else:
+        consumer.subscribe(args.topic, args.tags)
     await consumer.start()
     try:
         while not enough.is_set() and time.monotonic() - last_arrival[0] < args.timeout:
