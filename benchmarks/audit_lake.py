@@ -33,9 +33,9 @@ from broker_runtime.common.message import (
     offset_msg_id,
 )
 from broker_runtime.common.topics import SCHEDULE_TOPIC, dlq_topic, retry_topic
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.checkpoint import COMMITLOG, CONSUMEQUEUE
+from pipeline.jobs.ingest_state import COMMITLOG, CONSUMEQUEUE
 from pipeline.lake import INGESTED_TABLES, table_path
 from pipeline.lake import TABLES as LAKE_TABLES
 from pipeline.transforms.messages import to_messages
@@ -189,7 +189,7 @@ def raw_messages(spark: SparkSession, n: int) -> DataFrame:
     )
     replicas = raw.sparkSession.range(2).select(F.col("id").cast("int").alias("broker_id"))
     extra = ["id", "n", "kind", "is_dup"]  # what the ledgers are derived from
-    return raw.crossJoin(F.broadcast(replicas)).select(*S.RAW_MESSAGE.fieldNames(), *extra)
+    return raw.crossJoin(F.broadcast(replicas)).select(*schemas.RAW_MESSAGE.fieldNames(), *extra)
 
 
 def deliveries(msgs: DataFrame) -> DataFrame:
@@ -342,7 +342,7 @@ def checkpoint(spark: SparkSession, n: int) -> DataFrame:
         for bid in (0, 1)
         for src in (COMMITLOG, CONSUMEQUEUE)
     ]
-    return spark.createDataFrame(rows, S.INGEST_CHECKPOINT)
+    return spark.createDataFrame(rows, schemas.INGEST_CHECKPOINT)
 
 
 def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:

@@ -41,7 +41,7 @@ def run_step(command: str) -> dict[str, Any]:
     """One step in this process; the report step also writes the run's summary.json."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from expectations.checkpoints import GateFailed
+    from expectations.gates import GateFailed
 
     s, ctx = load_settings(), get_current_context()
     step = STEPS[command]

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql.types import StructType
 
-from pipeline import audit_schemas as A
-from pipeline import schemas as S
+from pipeline import audit_schemas, schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,42 +44,42 @@ def table_path(lake: str | Path, name: str) -> str:
 _CATALOG = (
     Table(
         "messages",
-        S.MESSAGES,
+        schemas.MESSAGES,
         "ingested",
         partitions=("broker", "store_date"),
         key=("broker", "broker_id", "phys_offset"),
     ),
     Table(
         "consume_queue",
-        S.CONSUME_QUEUE,
+        schemas.CONSUME_QUEUE,
         "ingested",
         partitions=("broker",),
         key=("broker", "broker_id", "topic", "queue_id", "queue_offset"),
     ),
     Table(
         "consumer_offsets",
-        S.CONSUMER_OFFSETS,
+        schemas.CONSUMER_OFFSETS,
         "ingested",
         key=("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"),
     ),
-    Table("message_stub", S.MESSAGE_STUB, "ingested", key=("msg_id",)),
-    Table("message_log", S.MESSAGE_LOG, "ingested", key=("id",)),
+    Table("message_stub", schemas.MESSAGE_STUB, "ingested", key=("msg_id",)),
+    Table("message_log", schemas.MESSAGE_LOG, "ingested", key=("id",)),
     Table(
         "quarantine",
-        S.QUARANTINE,
+        schemas.QUARANTINE,
         "ingested",
         key=("broker", "broker_id", "log_offset", "reason"),
     ),
-    Table("ingest_checkpoint", S.INGEST_CHECKPOINT, "ingested"),
-    Table("audit_duplicates", A.AUDIT_DUPLICATES, "audit"),
-    Table("audit_losses", A.AUDIT_LOSSES, "audit"),
-    Table("audit_lag", A.AUDIT_LAG, "audit"),
-    Table("audit_dead_letters", A.AUDIT_DEAD_LETTERS, "audit"),
-    Table("resend_candidates", A.RESEND_CANDIDATES, "audit"),
-    Table("manual_handling", A.MANUAL_HANDLING, "audit"),
-    Table("consistency", A.CONSISTENCY, "audit"),
-    Table("resend_log", A.RESEND_LOG, "remediation"),
-    Table("dlq_replay_log", A.DLQ_REPLAY_LOG, "remediation"),
+    Table("ingest_checkpoint", schemas.INGEST_CHECKPOINT, "ingested"),
+    Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
+    Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
+    Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),
+    Table("audit_dead_letters", audit_schemas.AUDIT_DEAD_LETTERS, "audit"),
+    Table("resend_candidates", audit_schemas.RESEND_CANDIDATES, "audit"),
+    Table("manual_handling", audit_schemas.MANUAL_HANDLING, "audit"),
+    Table("consistency", audit_schemas.CONSISTENCY, "audit"),
+    Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
+    Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in _CATALOG}

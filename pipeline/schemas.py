@@ -98,7 +98,7 @@ QUARANTINE = struct_of(
 )
 
 # One row per broker and source per run step: `planned` rows are written before any data
-# table, `done` rows after all of them (see pipeline.jobs.checkpoint).
+# table, `done` rows after all of them (see pipeline.jobs.ingest_state).
 INGEST_CHECKPOINT = struct_of(
     "run:long, status:str, broker:str, broker_id:int, store_dir:str, source:str,"
     " start_offset:long, plan_end:long, next_offset:long, rows:long, quarantined:long,"

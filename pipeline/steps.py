@@ -113,7 +113,7 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
 def _validate(inputs: RunInputs, spark: SparkSession | None) -> dict[str, Any]:
     """Gate every ingested table; raises GateFailed (naming the expectations and sample
     rows) if any fails. Data Docs go to `inputs.docs`."""
-    from expectations.checkpoints import run_all_gates
+    from expectations.gates import run_all_gates
     from expectations.suites import INGESTED_TABLES
     from pipeline.lake import read_tables
 
@@ -161,7 +161,7 @@ def _report(inputs: RunInputs, spark: SparkSession | None) -> ReportResult:
 
 
 def _gate_audits(inputs: RunInputs, spark: SparkSession) -> dict[str, Any]:
-    from expectations.checkpoints import run_all_gates
+    from expectations.gates import run_all_gates
     from pipeline.lake import AUDIT_TABLES, existing, read_tables
 
     names = existing(inputs.lake, AUDIT_TABLES)

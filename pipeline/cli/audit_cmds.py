@@ -191,7 +191,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from expectations.checkpoints import GateFailed
+    from expectations.gates import GateFailed
 
     _lake_must_exist(args.lake)
     try:

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 
 from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
 from broker_runtime.common.progress import reporter
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.checkpoint import COMMITLOG
+from pipeline.jobs.ingest_state import COMMITLOG
 from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
 from pipeline.results import AuditResult, AuditTable
 from pipeline.spark_session import apply_sql_conf, build_spark
@@ -96,20 +96,20 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     def read(name: str, schema: Any) -> DataFrame:
         return io.read(table_path(lake, name), schema)
 
-    messages = read("messages", S.MESSAGES).select(*MESSAGE_COLUMNS)
-    offsets = read("consumer_offsets", S.CONSUMER_OFFSETS)
+    messages = read("messages", schemas.MESSAGES).select(*MESSAGE_COLUMNS)
+    offsets = read("consumer_offsets", schemas.CONSUMER_OFFSETS)
     if "min_offset" not in offsets.columns:  # the queue's min offset, where ingest records it
         offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
     # Every input but the ConsumeQueue feeds several audit tables: each is read once.
     keep = StorageLevel.MEMORY_AND_DISK
     return _Inputs(
         messages=messages.persist(keep),
-        consume_queue=read("consume_queue", S.CONSUME_QUEUE),
+        consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
         offsets=offsets.persist(keep),
-        stubs=read("message_stub", S.MESSAGE_STUB).persist(keep),
-        log=read("message_log", S.MESSAGE_LOG).persist(keep),
-        quarantine=read("quarantine", S.QUARANTINE).persist(keep),
-        checkpoint=read("ingest_checkpoint", S.INGEST_CHECKPOINT).persist(keep),
+        stubs=read("message_stub", schemas.MESSAGE_STUB).persist(keep),
+        log=read("message_log", schemas.MESSAGE_LOG).persist(keep),
+        quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
+        checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
         replay_log=read(DLQ_REPLAY_LOG.name, DLQ_REPLAY_LOG.schema),
     )
 

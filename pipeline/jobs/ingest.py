@@ -2,7 +2,7 @@
 message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>.
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
-pipeline.jobs.checkpoint): a re-run with nothing new commits nothing.
+pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common.progress import Ticker, reporter
 from broker_runtime.offsets.json_file import CorruptStateError
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs import checkpoint as C
+from pipeline.jobs import ingest_state
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
@@ -31,7 +31,7 @@ from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 Key = tuple[str, int, str]
-_SNAPSHOT_KEY = S.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
+_SNAPSHOT_KEY = schemas.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
 
 
 def run_ingest(
@@ -78,29 +78,33 @@ class _Ingest:
         )
         for name, schema in INGESTED_TABLES.items():
             self.io.ensure_table(self.path(name), schema, TABLES[name].partitions)
-        state = C.load_state(self._rows("ingest_checkpoint"))
+        state = ingest_state.load_state(self._rows("ingest_checkpoint"))
         if state.unfinished:
-            plan = C.resume_plan(state, brokers)
+            plan = ingest_state.resume_plan(state, brokers)
             self.say(f"resuming run {plan.run}, which did not finish")
         else:
             plan = self._new_plan(state, brokers, range_bytes)
         if plan.has_work and not plan.resumed:
-            self._append_rows("ingest_checkpoint", C.rows_for(plan, "planned"))
+            self._append_rows("ingest_checkpoint", ingest_state.rows_for(plan, "planned"))
         summaries = self._messages(plan, range_bytes)
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
         self._ledgers(ledger_url, plan.run)
         self._quarantine(plan, summaries)
         if plan.has_work:
-            self._append_rows("ingest_checkpoint", C.rows_for(plan, "done", self.results))
+            self._append_rows(
+                "ingest_checkpoint", ingest_state.rows_for(plan, "done", self.results)
+            )
         return self._summary(plan, started)
 
     # -- planning -------------------------------------------------------------------------
 
-    def _new_plan(self, state: C.State, brokers: list[Broker], range_bytes: int) -> C.RunPlan:
+    def _new_plan(
+        self, state: ingest_state.State, brokers: list[Broker], range_bytes: int
+    ) -> ingest_state.RunPlan:
         items = []
         for b in brokers:
-            key = (b.name, b.broker_id, C.COMMITLOG)
+            key = (b.name, b.broker_id, ingest_state.COMMITLOG)
             start = state.next_offset.get(key, (0, -1))[0]
             log = plan_log(b, start, range_bytes)
             if start > log.data_end + 2 and log.data_end > 0:  # past a last unit's zero bytes
@@ -123,20 +127,23 @@ class _Ingest:
             end = log.plan_end
             if state.next_offset.get(key) == (log.start, end) or end < log.start:
                 end = log.start  # only a known damaged tail, unchanged since: nothing new
-            items.append(C.SourcePlan(b, C.COMMITLOG, log.start, end))
+            items.append(ingest_state.SourcePlan(b, ingest_state.COMMITLOG, log.start, end))
             cq_start = max(
-                state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
+                state.next_offset.get((b.name, b.broker_id, ingest_state.CONSUMEQUEUE), (0, 0))[0],
+                log.log_min,
             )
             # Entries point at messages the lake has or gets in this run, never further.
-            cq_end = C.dispatch_bound(b, log.data_end)
+            cq_end = ingest_state.dispatch_bound(b, log.data_end)
             cq_end = max(cq_start, cq_end if end > log.start else min(cq_end, log.start))
-            items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
-        return C.RunPlan(state.last_run + 1, False, items)
+            items.append(ingest_state.SourcePlan(b, ingest_state.CONSUMEQUEUE, cq_start, cq_end))
+        return ingest_state.RunPlan(state.last_run + 1, False, items)
 
     # -- tables ---------------------------------------------------------------------------
 
-    def _messages(self, plan: C.RunPlan, range_bytes: int) -> Summaries:
-        items = [i for i in plan.items if i.source == C.COMMITLOG and i.start < i.plan_end]
+    def _messages(self, plan: ingest_state.RunPlan, range_bytes: int) -> Summaries:
+        items = [
+            i for i in plan.items if i.source == ingest_state.COMMITLOG and i.start < i.plan_end
+        ]
         tasks = [
             t for i in items for t in plan_log(i.broker, i.start, range_bytes, i.plan_end).tasks
         ]
@@ -171,22 +178,22 @@ class _Ingest:
             pending = [s["pending_from"] for s in mine if s["pending_from"] is not None]
             ends = [s["end"] for s in mine if s["end"] >= 0]
             nxt = min(pending) if pending else max(ends, default=item.start)
-            self.results[(item.broker.name, item.broker.broker_id, C.COMMITLOG)] = {
+            self.results[(item.broker.name, item.broker.broker_id, ingest_state.COMMITLOG)] = {
                 "next_offset": nxt,
                 "rows": sum(s["units"] for s in mine),
                 "quarantined": sum(len(s["bad"]) for s in mine),
             }
         return summaries
 
-    def _consume_queues(self, plan: C.RunPlan) -> None:
+    def _consume_queues(self, plan: ingest_state.RunPlan) -> None:
         files = []
-        for item in (i for i in plan.items if i.source == C.CONSUMEQUEUE):
+        for item in (i for i in plan.items if i.source == ingest_state.CONSUMEQUEUE):
             b = item.broker
             # Entries only for messages the lake has: up to where the log was read.
-            log = self.results.get((b.name, b.broker_id, C.COMMITLOG))
-            done = plan.get(b, C.COMMITLOG)
+            log = self.results.get((b.name, b.broker_id, ingest_state.COMMITLOG))
+            done = plan.get(b, ingest_state.COMMITLOG)
             hi = min(item.plan_end, log["next_offset"] if log else done.start if done else 0)
-            self.results[(b.name, b.broker_id, C.CONSUMEQUEUE)] = {
+            self.results[(b.name, b.broker_id, ingest_state.CONSUMEQUEUE)] = {
                 "next_offset": max(hi, item.start)
             }
             if hi > item.start:
@@ -217,8 +224,13 @@ class _Ingest:
     def _ledgers(self, ledger_url: str | None, run: int) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)
         for name, url, schema, keys in (
-            ("message_stub", sources.message_stub, S.MESSAGE_STUB, TABLES["message_stub"].key),
-            ("message_log", sources.message_log, S.MESSAGE_LOG, TABLES["message_log"].key),
+            (
+                "message_stub",
+                sources.message_stub,
+                schemas.MESSAGE_STUB,
+                TABLES["message_stub"].key,
+            ),
+            ("message_log", sources.message_log, schemas.MESSAGE_LOG, TABLES["message_log"].key),
         ):
             if url is None:
                 continue
@@ -239,7 +251,7 @@ class _Ingest:
             finally:
                 shutil.rmtree(stage.parent, ignore_errors=True)
 
-    def _quarantine(self, plan: C.RunPlan, summaries: Summaries) -> None:
+    def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():
             b = Broker(s["broker"], s["broker_id"], "")
             for bad in s["bad"]:
@@ -272,7 +284,7 @@ class _Ingest:
         changed = [r for k, r in new.items() if old.get(k) != r]
         if changed or len(kept) + len(new) != len(old):
             rows = sorted([*kept.values(), *new.values()], key=_quarantine_key)
-            self.io.replace_rows(rows, self.path("quarantine"), S.QUARANTINE)
+            self.io.replace_rows(rows, self.path("quarantine"), schemas.QUARANTINE)
         self.appended["quarantine"] = len(changed)
 
     # -- helpers --------------------------------------------------------------------------
@@ -284,9 +296,11 @@ class _Ingest:
         """A small table's rows (read on the driver)."""
         return list(self.io.read_small(self.path(table), TABLES[table].schema).to_pylist())
 
-    def _summary(self, plan: C.RunPlan, started: float) -> IngestResult:
+    def _summary(self, plan: ingest_state.RunPlan, started: float) -> IngestResult:
         seconds = time.monotonic() - started
-        messages = sum(r.get("rows", 0) for k, r in self.results.items() if k[2] == C.COMMITLOG)
+        messages = sum(
+            r.get("rows", 0) for k, r in self.results.items() if k[2] == ingest_state.COMMITLOG
+        )
         reasons: dict[str, int] = {}
         for q in self.quarantine:
             reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from broker_runtime.client.model import MQClientError, ReceivedMessage
 from broker_runtime.common.progress import reporter
 from broker_runtime.remoting.connection import RemotingError
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
@@ -70,7 +70,7 @@ def dead_letters_df(
 ) -> DataFrame:
     """Per message, the earliest DLQ copy the group's dead-letter queue holds (replicas and
     repeated dead-lettering collapsed), filtered by the request (or only by `ids`)."""
-    m = io.read(table_path(lake, "messages"), S.MESSAGES)
+    m = io.read(table_path(lake, "messages"), schemas.MESSAGES)
     cond = F.col("is_dlq") & ~F.col("is_scheduled") & (F.col("consumer_group") == request.group)
     if ids is None:
         if request.topic is not None:

@@ -37,9 +37,9 @@ from broker_runtime.remoting.connection import RemotingError
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import RESEND_LOG, table_path
 from pipeline.readers.layout import ledger_sources
-from pipeline.remediation.bodies import Body, find_bodies
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.reasons import failure_reason
+from pipeline.remediation.resend_bodies import Body, find_bodies
 from pipeline.remediation.resend_plan import (
     Action,
     Candidate,

@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform, preferred_offsets
 
 _REPLICA = ["broker", "broker_id"]
@@ -217,5 +217,5 @@ def audit_consistency(
         cq_without_message(cq, messages, quarantine)
         .unionByName(offset_regressions(offsets))
         .unionByName(queue_offset_gaps(messages, quarantine))
-        .transform(conform(A.CONSISTENCY, as_of_ms))
+        .transform(conform(audit_schemas.CONSISTENCY, as_of_ms))
     )

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform, stored_copies
 
 _KEY = ["group", "msg_id"]
@@ -47,7 +47,7 @@ def _chains(messages: DataFrame) -> DataFrame:
         .groupBy(*_KEY)
         .agg(
             F.array_sort(F.collect_list(step))
-            .cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
+            .cast(audit_schemas.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
             .alias("retry_chain")
         )
     )
@@ -95,7 +95,8 @@ def audit_dead_letters(
         .join(_replays(replay_log), on=_KEY, how="left")
     )
     chain = F.coalesce(
-        F.col("retry_chain"), F.array().cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
+        F.col("retry_chain"),
+        F.array().cast(audit_schemas.AUDIT_DEAD_LETTERS["retry_chain"].dataType),
     )
     cause = F.when(F.col("count") > 1, findings.MAX_RECONSUME_TIMES).otherwise(
         findings.SENT_TO_DLQ_DIRECTLY
@@ -122,4 +123,4 @@ def audit_dead_letters(
         F.coalesce(F.col("replayed"), F.lit(False)).alias("replayed"),
         "replay_status",
         "replayed_at",
-    ).transform(conform(A.AUDIT_DEAD_LETTERS, as_of_ms))
+    ).transform(conform(audit_schemas.AUDIT_DEAD_LETTERS, as_of_ms))

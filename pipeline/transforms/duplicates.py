@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     CONSUMED,
     FAILURES,
@@ -220,5 +220,5 @@ def audit_duplicates(messages: DataFrame, log: DataFrame, as_of_ms: int) -> Data
     return (
         stored_twice(messages)
         .unionByName(delivered_twice(log))
-        .transform(conform(A.AUDIT_DUPLICATES, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_DUPLICATES, as_of_ms))
     )

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     QUEUE,
     Transform,
@@ -136,5 +136,5 @@ def audit_lag(
             "status",
             F.col("oldest_ts").alias("first_ts"),
         )
-        .transform(conform(A.AUDIT_LAG, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_LAG, as_of_ms))
     )

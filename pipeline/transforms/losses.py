@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     QUEUE,
     conform,
@@ -197,5 +197,5 @@ def audit_losses(
     return (
         lost_after_ack(stubs, messages, log, min_offsets, ingested)
         .unionByName(undelivered(messages, stubs, log, offsets, ingested))
-        .transform(conform(A.AUDIT_LOSSES, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
     )

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform
 
 _STUB = [
@@ -70,7 +70,7 @@ def resend_candidates(
         F.lit(findings.RESEND_DUE).alias("kind"),
         cause.alias("cause"),
         F.col("send_count").cast("long").alias("count"),
-    ).transform(conform(A.RESEND_CANDIDATES, as_of_ms))
+    ).transform(conform(audit_schemas.RESEND_CANDIDATES, as_of_ms))
 
 
 def manual_handling(
@@ -90,4 +90,4 @@ def manual_handling(
         F.lit(findings.MAX_SEND_COUNT).alias("kind"),
         F.lit("send_count_at_max").alias("cause"),
         F.col("send_count").cast("long").alias("count"),
-    ).transform(conform(A.MANUAL_HANDLING, as_of_ms))
+    ).transform(conform(audit_schemas.MANUAL_HANDLING, as_of_ms))

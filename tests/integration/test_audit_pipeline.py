@@ -29,7 +29,7 @@ from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRec
 from broker_runtime.ledger.schema import Outcome
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
-from expectations.checkpoints import run_all_gates
+from expectations.gates import run_all_gates
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from expectations.checkpoints import GateFailed, run_all_gates, run_gate
 from expectations.context import GateContext
+from expectations.gates import GateFailed, run_all_gates, run_gate
 from expectations.suites import SPECS
 from pipeline.lake import INGESTED_TABLES as TABLES
 from tests.unit.expectations.conftest import frame

@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_runtime.store import record_codec as codec
-from expectations.checkpoints import GateFailed, run_all_gates
 from expectations.context import GateContext
+from expectations.gates import GateFailed, run_all_gates
 from expectations.suites import INGESTED_TABLES
 from pipeline.delta_io import DeltaIO
 from pipeline.lake import INGESTED_TABLES as TABLES

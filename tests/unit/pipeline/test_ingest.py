@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common.message import ORIGIN_MESSAGE_ID, REAL_TOPIC, RETRY_TOPIC
 from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import INGESTED_TABLES, table_path
@@ -92,7 +92,7 @@ def test_round_trip_every_field(spark: SparkSession, ingested: tuple[Path, Path]
                 "store_date": dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC).date(),
             }  # fmt: skip
             assert {k: r[k] for k in expect} == expect
-    assert set(S.MESSAGES.fieldNames()) == set(next(iter(got.values())))
+    assert set(schemas.MESSAGES.fieldNames()) == set(next(iter(got.values())))
 
 
 def test_consume_queue_offsets_and_ledgers(
