@@ -48,8 +48,6 @@ from broker_runtime.remoting.protocol import RequestCode
 
 log = logging.getLogger(__name__)
 
-HALF_HOUR_MS = 30 * 60 * 1000
-
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
@@ -66,11 +64,7 @@ class ConsumerBase:
         self.model = MessageModel(o.message_model)
         self.consume_from = ConsumeFromWhere(o.consume_from)
         self.clock = o.clock or SystemClock()
-        self.consume_timestamp_ms = (
-            o.consume_timestamp_ms
-            if o.consume_timestamp_ms is not None
-            else self.clock.now_ms() - HALF_HOUR_MS
-        )
+        self.consume_timestamp_ms = o.start_timestamp_ms(self.clock.now_ms())
         self.allocate = o.allocate
         self.rebalance_interval_s = o.rebalance_interval_s
         self.client_id = self.config.client_id(unique=self.model is MessageModel.CLUSTERING)

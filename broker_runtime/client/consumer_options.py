@@ -10,6 +10,8 @@ from broker_runtime.client.model import ConsumeFromWhere, MessageModel
 from broker_runtime.client.rebalance import Allocate, allocate_averagely
 from broker_runtime.common.clock import Clock
 
+HALF_HOUR_MS = 30 * 60 * 1000
+
 
 @dataclass(frozen=True)
 class ConsumerOptions:
@@ -26,3 +28,9 @@ class ConsumerOptions:
     suspend_ms: int = 15_000  # how long a pull may wait on the broker for new messages
     pull_delay_on_error_s: float = 3.0
     clock: Clock | None = None
+
+    def start_timestamp_ms(self, now_ms: int) -> int:
+        """Where CONSUME_FROM_TIMESTAMP starts: the time given, else half an hour ago."""
+        if self.consume_timestamp_ms is not None:
+            return self.consume_timestamp_ms
+        return now_ms - HALF_HOUR_MS
