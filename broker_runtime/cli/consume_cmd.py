@@ -10,8 +10,9 @@ import json
 import time
 from pathlib import Path
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config, parse_time_ms
+from broker_runtime.cli.client_args import add_target, client_config
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import (
     ConsumeFromWhere,
     ConsumeStatus,
@@ -20,6 +21,8 @@ from broker_runtime.client.model import (
 )
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.common import aio
+from broker_runtime.common.clock import parse_time_ms
+from broker_runtime.common.progress import Count, counter
 
 FROM = {
     "first": ConsumeFromWhere.FIRST_OFFSET,
@@ -57,9 +60,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 async def consume(args: argparse.Namespace) -> dict[str, int]:
+    with counter("consumed", args.count) as progress:
+        return await _consume(args, progress)
+
+
+async def _consume(args: argparse.Namespace, progress: Count) -> dict[str, int]:
     seen: set[str] = set()
     counts = {"consumed": 0, "unique": 0}
-    progress = Progress()
     enough = asyncio.Event()
     last_arrival = [time.monotonic()]
 
@@ -71,7 +78,7 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
         last_arrival[0] = time.monotonic()
         if args.count is not None and counts["consumed"] >= args.count:
             enough.set()
-        progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+        progress.update(counts["consumed"], f"unique {counts['unique']}")
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets_dir = args.offsets_dir
@@ -81,12 +88,14 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
         client_config(args),
         args.group,
         listener,
-        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
-        consume_from=FROM[args.consume_from],
-        consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+        options=ConsumerOptions(
+            message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+            consume_from=FROM[args.consume_from],
+            consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+            offsets_dir=offsets_dir,
+            suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
+        ),
         threads=args.threads,
-        offsets_dir=offsets_dir,
-        suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
     )
     if args.sql is not None:
         consumer.subscribe(args.topic, args.sql, "SQL92")
@@ -98,10 +107,9 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
             try:
                 await asyncio.wait_for(enough.wait(), 0.2)
             except TimeoutError:
-                progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+                progress.update(counts["consumed"], f"unique {counts['unique']}")
     finally:
         await consumer.shutdown(grace_s=5.0)
-    progress.done(f"consumed {counts['consumed']} unique {counts['unique']}")
     return counts
 
 

@@ -8,11 +8,12 @@ import asyncio
 import json
 import logging
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config
+from broker_runtime.cli.client_args import add_target, client_config
 from broker_runtime.client.model import MQClientError, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.common import aio
 from broker_runtime.common.message import Message
+from broker_runtime.common.progress import Count, counter
 from broker_runtime.remoting.connection import RemotingError
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,12 @@ def message_of(args: argparse.Namespace, i: int) -> Message:
 
 
 async def produce(args: argparse.Namespace) -> dict[str, int]:
+    with counter("sent", args.count) as progress:
+        return await _produce(args, progress)
+
+
+async def _produce(args: argparse.Namespace, progress: Count) -> dict[str, int]:
     counts = {"sent": 0, "failed": 0}
-    progress = Progress()
     next_i = iter(range(args.count))
     producer = Producer(client_config(args), args.group)
     await producer.start()
@@ -70,15 +75,12 @@ async def produce(args: argparse.Namespace) -> dict[str, int]:
                 counts["failed"] += len(msgs)
                 log.warning("send failed: %s", e)
             rate = counts["sent"] / max(progress.elapsed(), 1e-9)
-            progress.update(
-                f"sent {counts['sent']}/{args.count} failed {counts['failed']} ({rate:,.0f} msg/s)"
-            )
+            progress.update(counts["sent"], f"failed {counts['failed']} ({rate:,.0f} msg/s)")
 
     try:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     finally:
         await producer.shutdown()
-    progress.done(f"sent {counts['sent']}/{args.count} failed {counts['failed']}")
     return counts
 
 
