@@ -16,7 +16,6 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.consume_queue import CqEntry
 from broker_runtime.store.message_store import MessageStore
 
-BLANK_SIZE = 0x7FFFFFFF
 FILTER_SCAN_LIMIT = 4096  # ConsumeQueue entries one filtered pull looks at, at most
 
 
@@ -59,8 +58,7 @@ def read_queue(
     With `damaged`, each unit is checked as a consumer checks it: the read stops before a
     damaged unit (DAMAGED_UNIT when it is the first) unless an operator skipped it.
     """
-    cq = store.consume_queue(topic, queue_id)
-    lo, hi = cq.min_queue_offset, cq.max_offset
+    lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
 
     def corrected(new: int) -> int:
         return new if correct_offset else offset
@@ -83,14 +81,14 @@ def read_queue(
     last_phys = -1
     removed = 0
     stopped = False
-    entries: list[CqEntry] = cq.entries(offset, min(scan, hi - offset))
+    entries: list[CqEntry] = store.queue_entries(topic, queue_id, offset, min(scan, hi - offset))
     for e in entries:
         if len(units) >= max_nums or (units and size + e.size > max_bytes):
             break
         next_offset = e.queue_offset + 1
-        if e.size == BLANK_SIZE or not flt.code_matches(e.tags_code):
+        if e.blank or not flt.code_matches(e.tags_code):
             continue
-        raw = store.commit_log.read(e.phys_offset, e.size)
+        raw = store.unit_at(e.phys_offset, e.size)
         if raw is None:  # the log file under this entry expired
             removed += 1
             continue
@@ -112,5 +110,5 @@ def read_queue(
         status = GetStatus.DAMAGED_UNIT
     else:
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MSG
-    lag = store.commit_log.max_offset - last_phys if last_phys >= 0 else 0
+    lag = store.log_max_offset - last_phys if last_phys >= 0 else 0
     return GetResult(status, next_offset, lo, hi, units, suggest_slave=lag > slave_lag_bytes)

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config, parse_time_ms
+from broker_runtime.cli.client_args import add_target, client_config
 from broker_runtime.client.consume_service import ConsumeContext
 from broker_runtime.client.consumer_base import ConsumerBase
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import (
     ConsumeFromWhere,
     ConsumeStatus,
@@ -28,6 +29,8 @@ from broker_runtime.client.model import (
 )
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.common import aio
+from broker_runtime.common.clock import parse_time_ms
+from broker_runtime.common.progress import Count, counter
 
 FROM = {
     "first": ConsumeFromWhere.FIRST_OFFSET,
@@ -83,9 +86,13 @@ async def stuck_queues(consumer: ConsumerBase) -> list[dict[str, Any]]:
 
 
 async def consume(args: argparse.Namespace) -> dict[str, Any]:
+    with counter("consumed", args.count) as progress:
+        return await _consume(args, progress)
+
+
+async def _consume(args: argparse.Namespace, progress: Count) -> dict[str, Any]:
     seen: set[str] = set()
     counts = {"consumed": 0, "unique": 0}
-    progress = Progress()
     enough = asyncio.Event()
     last_arrival = [time.monotonic()]
 
@@ -97,7 +104,7 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
         last_arrival[0] = time.monotonic()
         if args.count is not None and counts["consumed"] >= args.count:
             enough.set()
-        progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+        progress.update(counts["consumed"], f"unique {counts['unique']}")
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets_dir = args.offsets_dir
@@ -107,12 +114,14 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
         client_config(args),
         args.group,
         listener,
-        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
-        consume_from=FROM[args.consume_from],
-        consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+        options=ConsumerOptions(
+            message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+            consume_from=FROM[args.consume_from],
+            consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+            offsets_dir=offsets_dir,
+            suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
+        ),
         threads=args.threads,
-        offsets_dir=offsets_dir,
-        suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
     )
     if args.sql is not None:
         consumer.subscribe(args.topic, args.sql, "SQL92")
@@ -121,7 +130,6 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await consumer.start()
     except MQClientError as e:
-        progress.done(f"refused: {e}")
         return {**counts, "refused": str(e)}
     outcome: dict[str, Any] = {}
     try:
@@ -132,14 +140,13 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 await asyncio.wait_for(enough.wait(), 0.2)
             except TimeoutError:
-                progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+                progress.update(counts["consumed"], f"unique {counts['unique']}")
         if not enough.is_set() and not outcome:
             stuck = await stuck_queues(consumer)
             if stuck:
                 outcome["stuck"] = stuck
     finally:
         await consumer.shutdown(grace_s=5.0)
-    progress.done(f"consumed {counts['consumed']} unique {counts['unique']}")
     return {**counts, **outcome}
 
 

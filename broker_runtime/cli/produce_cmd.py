@@ -12,11 +12,12 @@ import logging
 from collections import Counter
 from typing import Any
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config
+from broker_runtime.cli.client_args import add_target, client_config
 from broker_runtime.client.model import MQClientError, SendStatus, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.common import aio
 from broker_runtime.common.message import Message
+from broker_runtime.common.progress import Count, counter
 from broker_runtime.remoting.connection import RemotingError
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,13 @@ def message_of(args: argparse.Namespace, i: int) -> Message:
 
 
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
+    with counter("sent", args.count) as progress:
+        return await _produce(args, progress)
+
+
+async def _produce(args: argparse.Namespace, progress: Count) -> dict[str, Any]:
     counts = {"sent": 0, "failed": 0}
     statuses: Counter[str] = Counter()
-    progress = Progress()
     next_i = iter(range(args.count))
     producer = Producer(client_config(args), args.group)
     await producer.start()
@@ -76,15 +81,12 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
                 counts["failed"] += len(msgs)
                 log.warning("send failed: %s", e)
             rate = counts["sent"] / max(progress.elapsed(), 1e-9)
-            progress.update(
-                f"sent {counts['sent']}/{args.count} failed {counts['failed']} ({rate:,.0f} msg/s)"
-            )
+            progress.update(counts["sent"], f"failed {counts['failed']} ({rate:,.0f} msg/s)")
 
     try:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     finally:
         await producer.shutdown()
-    progress.done(f"sent {counts['sent']}/{args.count} failed {counts['failed']}")
     return {**counts, "statuses": dict(sorted(statuses.items()))}
 
 

@@ -14,10 +14,10 @@ import asyncio
 import logging
 import random
 import time
-from pathlib import Path
 from typing import Self
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import ConsumeFromWhere, MessageModel, PullStatus, ReceivedMessage
 from broker_runtime.client.offset_store import (
@@ -30,10 +30,10 @@ from broker_runtime.client.offset_store import (
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.puller import Puller
-from broker_runtime.client.rebalance import Allocate, MessageQueue, allocate_averagely
+from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.route import read_queues
 from broker_runtime.client.tag_filter import Subscription, parse
-from broker_runtime.common.clock import Clock, SystemClock
+from broker_runtime.common.clock import SystemClock
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
 from broker_runtime.remoting.bodies import (
     BodyError,
@@ -48,7 +48,6 @@ from broker_runtime.remoting.protocol import RequestCode
 
 log = logging.getLogger(__name__)
 
-HALF_HOUR_MS = 30 * 60 * 1000
 # Apache RocketMQ's broker looks at held pulls every 5 s (PullRequestHoldService), so an
 # idle queue's long poll is answered up to 5 s after its suspendTimeoutMillis: a client
 # that waits only the suspend time plus its request timeout gives up first (and its next
@@ -65,30 +64,17 @@ class ConsumerBase:
         self,
         config: ClientConfig | str,
         group: str,
-        *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        allocate: Allocate = allocate_averagely,
-        rebalance_interval_s: float = 20.0,
-        offsets_dir: Path | None = None,
-        pull_batch_size: int = 32,
-        suspend_ms: int = 15_000,
-        pull_delay_on_error_s: float = 3.0,
-        clock: Clock | None = None,
+        options: ConsumerOptions | None = None,
     ) -> None:
+        o = options or ConsumerOptions()
         self.config = ClientConfig(config) if isinstance(config, str) else config
         self.group = validate_group(group)
-        self.model = MessageModel(message_model)
-        self.consume_from = ConsumeFromWhere(consume_from)
-        self.clock = clock or SystemClock()
-        self.consume_timestamp_ms = (
-            consume_timestamp_ms
-            if consume_timestamp_ms is not None
-            else self.clock.now_ms() - HALF_HOUR_MS
-        )
-        self.allocate = allocate
-        self.rebalance_interval_s = rebalance_interval_s
+        self.model = MessageModel(o.message_model)
+        self.consume_from = ConsumeFromWhere(o.consume_from)
+        self.clock = o.clock or SystemClock()
+        self.consume_timestamp_ms = o.start_timestamp_ms(self.clock.now_ms())
+        self.allocate = o.allocate
+        self.rebalance_interval_s = o.rebalance_interval_s
         self.client_id = self.config.client_id(unique=self.model is MessageModel.CLUSTERING)
         self.subscriptions: dict[str, Subscription] = {}
         self.pq_table: dict[MessageQueue, ProcessQueue] = {}
@@ -105,13 +91,13 @@ class ConsumerBase:
         self.puller = Puller(self.instance, self.group)
         self.offset_store: OffsetStore
         if self.model is MessageModel.BROADCASTING:
-            base = offsets_dir or default_offsets_dir()
+            base = o.offsets_dir or default_offsets_dir()
             self.offset_store = LocalFileOffsetStore(base, self.client_id, self.group)
         else:
             self.offset_store = RemoteBrokerOffsetStore(self._fetch_offset, self._commit_offset)
-        self.pull_batch_size = pull_batch_size
-        self.suspend_ms = suspend_ms
-        self.pull_delay_on_error_s = pull_delay_on_error_s
+        self.pull_batch_size = o.pull_batch_size
+        self.suspend_ms = o.suspend_ms
+        self.pull_delay_on_error_s = o.pull_delay_on_error_s
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self.running = False
         self._wakeup: asyncio.Event | None = None

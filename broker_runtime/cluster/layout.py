@@ -116,3 +116,13 @@ class ClusterLayout:
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"{data_dir}/{CLUSTER_FILE} has a bad shape: {e!r}") from None
+
+
+def namesrv_of_data_dir(data_dir: Path) -> str:
+    """`host:port;...` of the name servers DIR/cluster.json lists."""
+    if not (data_dir / CLUSTER_FILE).exists():
+        raise ValueError(f"{data_dir / CLUSTER_FILE} not found: is a cluster running there?")
+    addr = ClusterLayout.load(data_dir).namesrv_addr
+    if not addr:
+        raise ValueError(f"{data_dir / CLUSTER_FILE} lists no name server")
+    return addr

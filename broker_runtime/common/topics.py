@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from broker_runtime.common.constants import NAME_PATTERN
+
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -25,7 +27,7 @@ AUTO_CREATE_TOPIC = "TBW102"
 MAX_NAME_LENGTH = 127
 
 # fullmatch, not `^...$`: `$` would also accept a trailing newline.
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+_NAME = re.compile(NAME_PATTERN)
 
 
 class InvalidNameError(ValueError):

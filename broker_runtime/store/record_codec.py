@@ -46,6 +46,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")  # every fixed field up to BODY's length
 HEADER_SIZE = HEADER.size  # 88
+STORE_TIMESTAMP_AT = 56  # STORETIMESTAMP's byte position in a unit
 _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")

@@ -12,7 +12,7 @@ from great_expectations.expectations.row_conditions import Column
 
 from broker_runtime.store.segment_scan import REASONS
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
-from pipeline.schemas import QUARANTINE_KEY
+from pipeline.lake import TABLES
 
 TABLE = "quarantine"
 
@@ -48,7 +48,7 @@ def quarantine_suite() -> gx.ExpectationSuite:
                 row_condition=Column("final") == False,  # noqa: E712
             ),
             *not_null(["broker", "broker_id", "file", "position", "length", "reason", "final"]),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=QUARANTINE_KEY),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["quarantine"].key)),
             *at_least(0, ["position", "log_offset"]),
             *at_least(1, ["length"]),
             gxe.ExpectColumnValuesToBeInSet(column="reason", value_set=param("quarantine_reasons")),

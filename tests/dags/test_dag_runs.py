@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -207,3 +208,25 @@ def test_a_failed_gate_fails_mq_audit_with_a_readable_message(
     text = out + err
     assert "data quality gate failed" in text and "quarantine" in text
     assert "bad_crc" in text
+
+
+def test_mq_audit_gates_the_stubs_with_the_max_send_count_setting(
+    site: Site, dagbag: Any, variables: Any
+) -> None:
+    """With mqaudit_max_send_count above 16 the resend DAG may send a stub a 17th time; the
+    next mq_audit's gate on the ledger must allow what the setting allows (the validate step
+    takes the same bound as the audit and the resend job)."""
+    copy = site.root / "drift"
+    shutil.copytree(site.root / "cluster" / "brokers", copy / "brokers")  # no cluster.json
+    shutil.copytree(site.root / "cluster" / "ledger", copy / "ledger")
+    with sqlite3.connect(copy / "ledger" / "producer.db") as db:
+        db.execute("UPDATE message_stub SET send_count = 17 WHERE msg_id = ?", (site.never_sent,))
+    db.close()
+    variables(
+        mqaudit_data_dir=copy,
+        mqaudit_lake=copy / "lake",
+        mqaudit_reports=copy / "reports",
+        mqaudit_max_send_count=20,
+    )
+    state, tasks = run(dagbag, "mq_audit")
+    assert state == "success", tasks

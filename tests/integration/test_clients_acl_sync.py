@@ -10,6 +10,7 @@ import pytest
 
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import (
     ConsumeFromWhere,
@@ -86,7 +87,11 @@ def test_signed_clients_work_and_unpermitted_ones_get_a_clear_error(tmp_path: Pa
                 anonymous.send(new_message("Orders", b"unsigned"))
 
         with SyncLitePullConsumer(
-            LitePullConsumer(cfg(APP), "orders-app", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+            LitePullConsumer(
+                cfg(APP),
+                "orders-app",
+                options=ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET),
+            )
         ) as consumer:
             consumer.subscribe("Orders")
             got: list[ReceivedMessage] = []

@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.findings import LOST_AFTER_ACK
 from broker_runtime.common.message import UNIQ_KEY, decode_offset_msg_id
 from broker_runtime.store import inspect
 from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.power_loss import checkpoint_flushed, cut_commitlog, last_fsync
 from broker_runtime.workload.scenarios.common import Ctx
-from broker_runtime.workload.truth import LOST_AFTER_ACK, finding
+from broker_runtime.workload.truth import finding
 
 MASTER, SLAVE = "broker-a-master", "broker-a-slave"
 # ASYNC_FLUSH: the flush and the checkpoint run together (same interval), so the checkpoint

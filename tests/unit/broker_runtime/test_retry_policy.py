@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from broker_runtime.broker.retry_policy import (
-    DEFAULT_MAX_RECONSUME_TIMES,
     STRAIGHT_TO_DLQ,
     SendBackDecision,
     SendBackTarget,
@@ -13,6 +12,7 @@ from broker_runtime.broker.retry_policy import (
     send_back_message,
 )
 from broker_runtime.common.config import StoreConfig
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.common.delay import DelayLevels, from_schedule, queue_id_of_level, to_schedule
 from broker_runtime.common.message import (
     DELAY,
@@ -53,7 +53,7 @@ def test_retry_intervals_match_the_seed_table() -> None:
 
 
 def test_the_17th_failure_goes_to_the_dlq() -> None:
-    d = decide_send_back(GROUP, reconsume_times=DEFAULT_MAX_RECONSUME_TIMES)
+    d = decide_send_back(GROUP, reconsume_times=MAX_RECONSUME_TIMES)
     assert d == SendBackDecision(SendBackTarget.DLQ, "%DLQ%pay_group", 0, 0, 17)
 
 
