@@ -56,8 +56,7 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
-# PullSysFlag bits, sent along with the explicit header fields.
-FLAG_COMMIT_OFFSET = 0x1
+# PullSysFlag bits, sent along with the explicit header fields (FLAG_COMMIT_OFFSET: headers).
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 

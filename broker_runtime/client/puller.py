@@ -7,13 +7,13 @@ from the master, and re-checks tags on the client: the broker filters by tag has
 
 from __future__ import annotations
 
-from broker_runtime.client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
+from broker_runtime.client.api import FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import PullResult
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.tag_filter import Subscription
 from broker_runtime.remoting.bodies import MASTER_ID
-from broker_runtime.remoting.headers import PullMessageRequestHeader
+from broker_runtime.remoting.headers import FLAG_COMMIT_OFFSET, PullMessageRequestHeader
 
 
 class Puller:

@@ -181,6 +181,9 @@ class SendMessageResponseHeader(Header):
     batch_count: int = 1
 
 
+FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag: the pull carries an offset to commit
+
+
 @dataclasses.dataclass(slots=True)
 class PullMessageRequestHeader(Header):
     consumer_group: str
