@@ -132,8 +132,12 @@ class ConsumerProcessor:
         body = {
             "connectionSet": connections,
             "subscriptionTable": {
-                topic: {"topic": topic, "subString": expr, "expressionType": "TAG"}
-                for topic, expr in info.subscriptions.items()
+                topic: {
+                    "topic": topic,
+                    "subString": sub.sub_string,
+                    "expressionType": sub.expression_type,
+                }
+                for topic, sub in info.subscriptions.items()
             },
             "consumeType": info.consume_type,
             "messageModel": info.message_model,
