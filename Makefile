@@ -50,7 +50,16 @@ $(INTEROP_STAMP): tests/interop/pom.xml $(wildcard tests/interop/java/mqinterop/
 	  touch $(INTEROP_STAMP); \
 	else echo "java or mvn missing: the interop tests will skip (make system-deps installs maven)"; fi
 
-interop-build: $(INTEROP_STAMP)
+# Apache RocketMQ 5's broker and name server (tests/interop/rocketmq5/pom.xml): the test that
+# reads a store RocketMQ 5 wrote.
+INTEROP5_STAMP := tests/interop/rocketmq5/target/classpath.txt
+$(INTEROP5_STAMP): tests/interop/rocketmq5/pom.xml
+	@if command -v java >/dev/null && command -v mvn >/dev/null; then \
+	  mvn -q -o -f tests/interop/rocketmq5/pom.xml compile 2>/dev/null || mvn -q -f tests/interop/rocketmq5/pom.xml compile; \
+	  touch $(INTEROP5_STAMP); \
+	fi
+
+interop-build: $(INTEROP_STAMP) $(INTEROP5_STAMP)
 
 # The interop suite alone: Apache RocketMQ's own clients, mqadmin and broker against mqaudit's.
 interop: $(STAMP) interop-build

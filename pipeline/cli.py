@@ -21,12 +21,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Prints a JSON summary on stdout; progress goes to stderr.",
     )
     ingest.add_argument(
-        "--data-dir", type=Path, required=True, help="cluster data dir or a store dir"
+        "--data-dir", type=Path, default=None, help="cluster data dir or a store dir"
     )
     ingest.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
     ingest.add_argument("--spark-master", default=DEFAULT_MASTER)
     ingest.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     ingest.add_argument("--broker-name", default=None, help="broker name of a bare store dir")
+    ingest.add_argument(
+        "--broker-conf",
+        type=Path,
+        action="append",
+        default=[],
+        help="an Apache RocketMQ broker's config file (mqbroker -c FILE; repeatable): its "
+        "storePathRootDir is ingested as broker brokerName/brokerId",
+    )
     ingest.add_argument(
         "--range-mb", type=int, default=DEFAULT_RANGE_BYTES >> 20, help="CommitLog MB per task"
     )
@@ -41,7 +49,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.range_mb <= 0:
         raise ValueError(f"--range-mb must be positive, got {args.range_mb}")
-    if not args.data_dir.is_dir():
+    if args.data_dir is None and not args.broker_conf:
+        raise ValueError("give --data-dir, --broker-conf or both")
+    if args.data_dir is not None and not args.data_dir.is_dir():
         raise ValueError(f"data dir {args.data_dir} does not exist")
     from pipeline.jobs.ingest import run_ingest  # Spark loads only when a job runs
 
@@ -51,6 +61,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         master=args.spark_master,
         ledger_url=args.ledger_url,
         broker_name=args.broker_name,
+        broker_confs=args.broker_conf,
         range_bytes=args.range_mb << 20,
         progress=not args.quiet,
     )

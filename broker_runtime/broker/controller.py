@@ -14,6 +14,7 @@ from broker_runtime.acl.accounts import Account, admin_account, load_accounts
 from broker_runtime.acl.signing import sign_command
 from broker_runtime.acl.validator import AclValidator
 from broker_runtime.broker.consumer_manager import ConsumerManager
+from broker_runtime.broker.damaged_units import DamagedUnits
 from broker_runtime.broker.long_polling import PullHoldService
 from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
@@ -26,6 +27,7 @@ from broker_runtime.broker.topic_config import (
     TopicConfig,
     TopicConfigManager,
 )
+from broker_runtime.broker.transactions import TransactionService
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
 from broker_runtime.common.delay import to_schedule
@@ -61,10 +63,12 @@ class BrokerController:
             config.max_reconsume_times,
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
+        self.damaged = DamagedUnits(config.store.store_dir)
         self.consumers = ConsumerManager()
         self.stats = BrokerStats(self.clock.now_ms())
         self.delay_levels = config.store.delay_levels()
         self.schedule: ScheduleService | None = None  # masters only, once the store is open
+        self.transactions = TransactionService(self)
         self.order_locks = RebalanceLockManager(config.rebalance_lock_max_live_ms)
         self.access: QueueAccessLocks | None = (
             QueueAccessLocks(config.queue_lock_hold_timeout_ms)
@@ -138,6 +142,8 @@ class BrokerController:
             )
             every = self.config.delay_offset_persist_interval_ms
             self.spawn(self.schedule.run(self.put_back, every))
+            self.transactions.ensure_topics()
+        self.spawn(self.transactions.run())
         self.started = True
         log.info(
             "broker %s (%s) serving on %s, HA %s",

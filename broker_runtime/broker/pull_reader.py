@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from broker_runtime.broker.damaged_units import DamagedUnit, DamagedUnits, unit_damage
 from broker_runtime.broker.message_filter import Subscription
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.consume_queue import CqEntry
@@ -27,6 +28,7 @@ class GetStatus(StrEnum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    DAMAGED_UNIT = "DAMAGED_UNIT"  # mqaudit's: the next unit is damaged and not skipped
 
 
 @dataclass(slots=True)
@@ -50,8 +52,13 @@ def read_queue(
     max_bytes: int,
     correct_offset: bool,
     slave_lag_bytes: int,
+    damaged: DamagedUnits | None = None,
 ) -> GetResult:
-    """Up to `max_nums` matching CommitLog units of a queue, from queue offset `offset`."""
+    """Up to `max_nums` matching CommitLog units of a queue, from queue offset `offset`.
+
+    With `damaged`, each unit is checked as a consumer checks it: the read stops before a
+    damaged unit (DAMAGED_UNIT when it is the first) unless an operator skipped it.
+    """
     cq = store.consume_queue(topic, queue_id)
     lo, hi = cq.min_queue_offset, cq.max_offset
 
@@ -75,6 +82,7 @@ def read_queue(
     next_offset = offset
     last_phys = -1
     removed = 0
+    stopped = False
     entries: list[CqEntry] = cq.entries(offset, min(scan, hi - offset))
     for e in entries:
         if len(units) >= max_nums or (units and size + e.size > max_bytes):
@@ -86,6 +94,13 @@ def read_queue(
         if raw is None:  # the log file under this entry expired
             removed += 1
             continue
+        why = None if damaged is None else unit_damage(raw, e.phys_offset)
+        if why is not None:
+            unit = DamagedUnit(topic, queue_id, e.queue_offset, e.phys_offset, e.size, why)
+            if damaged is not None and damaged.skipped(unit):
+                continue
+            next_offset, stopped = e.queue_offset, True
+            break
         if not flt.matches_all and not flt.unit_matches(codec.decode(raw)):
             continue  # a tag hash collision, or properties the expression does not take
         units.append(raw)
@@ -93,6 +108,8 @@ def read_queue(
         last_phys = e.phys_offset
     if units:
         status = GetStatus.FOUND
+    elif stopped:
+        status = GetStatus.DAMAGED_UNIT
     else:
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MSG
     lag = store.commit_log.max_offset - last_phys if last_phys >= 0 else 0

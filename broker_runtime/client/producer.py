@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from broker_runtime.client.api import send_result
@@ -42,6 +42,7 @@ from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, encode_batc
 from broker_runtime.remoting.connection import RemotingError
 from broker_runtime.remoting.headers import SendMessageRequestHeader
 from broker_runtime.remoting.protocol import ResponseCode
+from broker_runtime.remoting.server import Processor
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ class Producer:
         default_topic_queue_nums: int = 4,
         id_generator: UniqIdGenerator | None = None,
         clock: Clock | None = None,
+        handlers: Mapping[int, Processor] | None = None,
     ) -> None:
         self.config = ClientConfig(config) if isinstance(config, str) else config
         self.group = validate_group(group)
@@ -113,7 +115,11 @@ class Producer:
         self.on_before_send: list[BeforeSend] = []
         self.on_send_result: list[OnResult] = []
         self.instance = ClientInstance(
-            self.config, self.client_id, self._heartbeat, lambda: list(self.instance.publish)
+            self.config,
+            self.client_id,
+            self._heartbeat,
+            lambda: list(self.instance.publish),
+            handlers,  # requests brokers send this producer (a transaction's check)
         )
         self._running = False
         self._pending: set[asyncio.Task[SendResult]] = set()

@@ -125,6 +125,12 @@ class BrokerConfig:
     # Queue access lock (seed 001, DeFiBus mqAccessControlEnable): a queue's new owner may
     # pull once the old owner acked what it was delivered, left, or was idle this long.
     queue_access_lock: bool = False
+    # Transactions: half messages older than the timeout (or their
+    # CHECK_IMMUNITY_TIME_IN_SECONDS) without an end are checked back every interval, at most
+    # transaction_check_max times (then moved to TRANS_CHECK_MAX_TIME_TOPIC).
+    transaction_timeout_ms: int = 6_000  # transactionTimeOut
+    transaction_check_max: int = 15  # transactionCheckMax
+    transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
     # SQL92 subscriptions (MessageSelector.bySql) are refused unless this is on, as RocketMQ's.
     enable_property_filter: bool = False  # enablePropertyFilter
     queue_lock_hold_timeout_ms: int = 30_000  # lockQueueTimeout

@@ -314,3 +314,29 @@ class UnregisterClientRequestHeader(Header):
     client_id: str = dataclasses.field(metadata={"wire": "clientID"})  # RocketMQ's spelling
     producer_group: str | None = None
     consumer_group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION: a producer's commit (8), rollback (12) or unknown (0) for the half
+    message at `commit_log_offset`, whose half-topic queue offset is `tran_state_table_offset`."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool = False
+    msg_id: str | None = None
+    transaction_id: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE, broker to producer: how did this transaction end? The body is
+    the half message (as stored, with its real topic and queue back)."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None

@@ -10,6 +10,7 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
+from broker_runtime.store.segment_scan import REASONS
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
 from pipeline.schemas import QUARANTINE_KEY
 
@@ -20,16 +21,8 @@ DEFAULTS = {
     "max_quarantine_rows": 0,
     # Non-final tails allowed; None = any number (one per store is normal while writing).
     "max_pending_quarantine_rows": None,
-    # The record codec's reasons plus the reader's own for zero gaps and trailing garbage.
-    "quarantine_reasons": [
-        "torn",
-        "bad_magic",
-        "bad_size",
-        "bad_lengths",
-        "bad_crc",
-        "zero_gap",
-        "garbage",
-    ],
+    # The reasons the CommitLog reader reports damaged ranges with.
+    "quarantine_reasons": list(REASONS),
 }
 
 DOC = {

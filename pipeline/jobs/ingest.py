@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pipeline.jobs import checkpoint as C
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.progress import Ticker, say
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
-from pipeline.readers.layout import discover_brokers, ledger_sources
+from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
 from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_snapshot, plan_cq
 from pipeline.spark_session import apply_sql_conf, build_spark
@@ -38,27 +39,46 @@ def table_path(lake: str | Path, name: str) -> str:
 
 
 def run_ingest(
-    data_dir: str | Path,
+    data_dir: str | Path | None,
     lake: str | Path,
     spark: SparkSession | None = None,
     *,
     master: str | None = None,
     ledger_url: str | None = None,
     broker_name: str | None = None,
+    broker_confs: Sequence[str | Path] = (),
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
+    """Ingest `data_dir` (a cluster data dir or one store dir) and the store roots of the
+    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary."""
     started = time.monotonic()
-    brokers = discover_brokers(Path(data_dir), broker_name)  # bad paths fail before Spark starts
+    brokers = _brokers(data_dir, broker_name, broker_confs)  # bad paths fail before Spark starts
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
-    job = _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress)
+    job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
     return job.run(brokers, ledger_url, range_bytes, started)
 
 
+def _brokers(
+    data_dir: str | Path | None, broker_name: str | None, confs: Sequence[str | Path]
+) -> list[Broker]:
+    found = discover_brokers(Path(data_dir), broker_name) if data_dir else []
+    found += [read_broker_conf(Path(c)).broker for c in confs]
+    seen: dict[tuple[str, int], str] = {}
+    for b in found:
+        other = seen.setdefault((b.name, b.broker_id), b.store_dir)
+        if other != b.store_dir:
+            raise ValueError(f"broker {b.name}/{b.broker_id} twice: {other} and {b.store_dir}")
+    if not found:
+        raise ValueError("nothing to ingest: give a data dir or broker configs")
+    return found
+
+
 class _Ingest:
-    def __init__(self, spark: SparkSession, data_dir: Path, lake: str, progress: bool) -> None:
+    def __init__(
+        self, spark: SparkSession, data_dir: Path | None, lake: str, progress: bool
+    ) -> None:
         self.spark = spark
         self.io = DeltaIO(spark)
         self.data_dir = data_dir
@@ -76,7 +96,8 @@ class _Ingest:
         self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
     ) -> dict[str, Any]:
         say(
-            f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
+            f"{len(brokers)} broker store dir(s) ({self.data_dir or 'broker configs'}), "
+            f"lake {self.lake} "
             f"({self.io.backend} Delta backend)",
             self.progress,
         )

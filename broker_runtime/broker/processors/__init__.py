@@ -12,6 +12,7 @@ from broker_runtime.broker.processors import (
     admin,
     client_config,
     consumer,
+    end_transaction,
     locks,
     pull,
     send,
@@ -32,12 +33,14 @@ def register_processors(ctl: BrokerController) -> None:
     b = send_back.SendBackProcessor(ctl)
     lk = locks.LockProcessor(ctl)
     cc = client_config.ClientConfigProcessor(ctl)
+    et = end_transaction.EndTransactionProcessor(ctl)
     for code, fn in (
         (C.SEND_MESSAGE, s.send),
         (C.SEND_MESSAGE_V2, s.send),
         (C.SEND_BATCH_MESSAGE, s.send),
         (C.PULL_MESSAGE, p.pull),
         (C.CONSUMER_SEND_MSG_BACK, b.send_back),
+        (C.END_TRANSACTION, et.end),
         (C.LOCK_BATCH_MQ, lk.lock_batch),
         (C.UNLOCK_BATCH_MQ, lk.unlock_batch),
         (C.GET_ALL_DELAY_OFFSET, a.all_delay_offsets),

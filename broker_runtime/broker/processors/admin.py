@@ -198,6 +198,8 @@ class AdminProcessor:
             "consumerGroups": len(ctl.consumers.groups),
             "queueAccessLock": ctl.access is not None,
         }
+        if ctl.damaged.met:
+            table["damagedUnits"] = encode_json(ctl.damaged.status()).decode()
         if ctl.schedule is not None:
             table["scheduleDelivered"] = ctl.schedule.delivered
             table["scheduleSkipped"] = ctl.schedule.skipped

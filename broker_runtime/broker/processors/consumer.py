@@ -69,6 +69,8 @@ class ConsumerProcessor:
     async def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctl = self.ctl
         hb = HeartbeatData.decode(cmd.body)
+        for g in hb.producer_groups:
+            ctl.transactions.producer_seen(validate_group(g), hb.client_id, conn)
         for c in hb.consumers:
             validate_group(c.group_name)
             for s in c.subscriptions:

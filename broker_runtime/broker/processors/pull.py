@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 R = ResponseCode
 _HOLDABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_MSG)
+DAMAGED_RECHECK_S = 1.0  # a pull held at a damaged unit looks for an operator's skip this often
 
 
 def response_code(result: GetResult, request_offset: int) -> int:
@@ -40,7 +41,7 @@ def response_code(result: GetResult, request_offset: int) -> int:
         return R.PULL_RETRY_IMMEDIATELY
     if s is GetStatus.NO_MESSAGE_IN_QUEUE:
         return R.PULL_OFFSET_MOVED if request_offset != 0 else R.PULL_NOT_FOUND
-    if s is GetStatus.OFFSET_OVERFLOW_ONE:
+    if s in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.DAMAGED_UNIT):
         return R.PULL_NOT_FOUND
     return R.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
 
@@ -174,8 +175,12 @@ class PullProcessor:
                 max_bytes=cfg.max_pull_bytes,
                 correct_offset=ctl.is_master,
                 slave_lag_bytes=cfg.suggest_slave_lag_bytes,
+                damaged=ctl.damaged,
             )
             left = deadline - loop.time()
+            if result.status is GetStatus.DAMAGED_UNIT and left > 0 and not conn.closed:
+                await asyncio.sleep(min(left, DAMAGED_RECHECK_S))  # held: no busy re-pulls
+                continue
             if result.status not in _HOLDABLE or left <= 0 or ctl.hold is None or conn.closed:
                 break
             if result.status is GetStatus.NO_MATCHED_MSG:

@@ -6,6 +6,7 @@ import random
 from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
+from broker_runtime.broker.transactions import half_message, is_half_send
 from broker_runtime.common.delay import DelayLevelError, delay_level_of
 from broker_runtime.common.message import (
     CLUSTER,
@@ -109,9 +110,9 @@ class SendProcessor:
             )
         born_host = peer_host(conn)
         # As RocketMQ stores them: every message names its cluster; a single message's WAIT is
-        # dropped unless it is delayed (CommitLog rewrites a delayed one's properties from the
-        # map that still has it), a batch's own properties (WAIT among them) are appended to
-        # each message's.
+        # dropped unless it is delayed or a transaction's half message (CommitLog, and the
+        # half's parsing, rewrite their properties from the map that still has it), a batch's
+        # own properties (WAIT among them) are appended to each message's.
         stamp = string_to_properties(h.properties)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             stamp[CLUSTER] = self._cluster
@@ -119,7 +120,7 @@ class SendProcessor:
             if not items:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         else:
-            if not _delayed(stamp):
+            if not _delayed(stamp) and not is_half_send(stamp):
                 stamp.pop(WAIT, None)
             stamp[CLUSTER] = self._cluster
             items = [(cmd.body, stamp, h.flag)]
@@ -137,6 +138,8 @@ class SendProcessor:
             )
             for body, props, flag in items
         ]
+        if len(msgs) == 1 and is_half_send(msgs[0].properties) and not h.reconsume_times:
+            msgs = [half_message(msgs[0])]  # parked until its transaction ends
         if retry_group:
             refused = route_retry_send(ctl, cmd, h, msgs)
             if refused is not None:

@@ -42,15 +42,11 @@ ASYNC_SETTINGS = {
 
 def stored_keys(store_dir: Path, topic: str) -> set[str]:
     """UNIQ_KEYs of `topic`'s messages in a store's commitlog (read from its files)."""
-    log = inspect.open_log(store_dir)
     out = set()
-    try:
-        for _phys, view, pos in inspect.units(log):
-            m = codec.decode(view, pos)
-            if m.topic == topic and UNIQ_KEY in m.properties:
-                out.add(m.properties[UNIQ_KEY])
-    finally:
-        log.close()
+    for _phys, view, pos in inspect.units(store_dir):
+        m = codec.decode(view, pos)
+        if m.topic == topic and UNIQ_KEY in m.properties:
+            out.add(m.properties[UNIQ_KEY])
     return out
 
 

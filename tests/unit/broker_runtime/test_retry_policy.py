@@ -44,7 +44,7 @@ def test_retry_intervals_match_the_seed_table() -> None:
         # The n-th retry is sent back by the delivery that carried reconsumeTimes n-1.
         d = decide_send_back(GROUP, reconsume_times=n - 1)
         assert d.target is SendBackTarget.RETRY
-        assert d.topic == "%RETRY%pay_group"
+        assert (d.topic, d.queue_id) == ("%RETRY%pay_group", 0)  # its only queue
         assert d.delay_level == 3 + (n - 1)
         assert levels.delay_ms(d.delay_level) == interval, n
         assert d.reconsume_times == n
@@ -82,6 +82,9 @@ def test_client_chosen_levels() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="reconsume_times"):
         decide_send_back(GROUP, -1)
+    for bad in (-1, -2):  # 0 is allowed (test_a_smaller_max): the guard is exactly < 0
+        with pytest.raises(ValueError, match=f"max_reconsume_times must be >= 0, got {bad}"):
+            decide_send_back(GROUP, 0, max_reconsume_times=bad)
     with pytest.raises(InvalidNameError):
         decide_send_back("bad group", 0)
 

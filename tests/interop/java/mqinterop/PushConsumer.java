@@ -21,9 +21,11 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * tag expression, default *), --sql (a SQL92 selector instead), --model
  * clustering|broadcasting, --fail REGEX (bodies matching it answer RECONSUME_LATER every
  * time), --max-reconsume N, --expect N (stop after N deliveries whose body does not match
- * --fail), --idle-ms (stop after so long with no delivery; default 15000), --access-key /
- * --secret-key. One JSON line per delivery (the message and the listener's answer), then a
- * summary. The process ends by itself: it is the Python test that decides what was right.
+ * --fail), --expect-failed N (and after N deliveries answered RECONSUME_LATER; shutdown then
+ * waits for their send-back), --idle-ms (stop after so long with no delivery; default 15000),
+ * --access-key / --secret-key. One JSON line per delivery (the message and the listener's
+ * answer), then a summary. The process ends by itself: it is the Python test that decides
+ * what was right.
  */
 public final class PushConsumer {
     public static void main(String[] argv) throws Exception {
@@ -45,6 +47,11 @@ public final class PushConsumer {
         }
         Pattern fail = Pattern.compile(args.get("fail", "(?!)"));
         int expect = args.getInt("expect", Integer.MAX_VALUE);
+        int expectFailed = args.getInt("expect-failed", 0);
+        if (expectFailed > 0) {
+            consumer.setAwaitTerminationMillisWhenShutdown(10000);
+        }
+        AtomicLong failedDeliveries = new AtomicLong();
         long idleMs = args.getInt("idle-ms", 15000);
         Set<String> good = ConcurrentHashMap.newKeySet();
         AtomicLong last = new AtomicLong(System.currentTimeMillis());
@@ -61,6 +68,8 @@ public final class PushConsumer {
                 Json.emit(row);
                 if (!failing) {
                     good.add(m.getMsgId() + "@" + m.getQueueOffset());
+                } else {
+                    failedDeliveries.incrementAndGet();
                 }
             }
             deliveries.addAndGet(msgs.size());
@@ -69,7 +78,8 @@ public final class PushConsumer {
         });
         consumer.start();
         Json.emit(Map.of("started", true));
-        while (good.size() < expect && System.currentTimeMillis() - last.get() < idleMs) {
+        while ((good.size() < expect || failedDeliveries.get() < expectFailed)
+                && System.currentTimeMillis() - last.get() < idleMs) {
             Thread.sleep(20);
         }
         // Offsets are committed to the broker every 5 s and at shutdown (persistAll).
