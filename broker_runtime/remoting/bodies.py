@@ -17,8 +17,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from broker_runtime.common import fastjson
 from broker_runtime.common.message import properties_to_string, string_to_properties
-from broker_runtime.remoting import fastjson
 
 PERM_READ = 4
 PERM_WRITE = 2

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker_runtime.remoting import fastjson
+from broker_runtime.common import fastjson
 from broker_runtime.remoting.bodies import decode_json
 from broker_runtime.remoting.protocol import RequestCode as C
 from tests.integration.cluster_fixtures import Cluster, RawClient

@@ -18,9 +18,9 @@ from broker_runtime.broker.namesrv_client import register_body
 from broker_runtime.broker.processors.consumer import ConsumerProcessor
 from broker_runtime.broker.processors.send import SendProcessor
 from broker_runtime.broker.stats import BrokerStats, human_bytes
+from broker_runtime.common import fastjson
 from broker_runtime.common.config import BrokerConfig, StoreConfig
 from broker_runtime.common.message import properties_to_string
-from broker_runtime.remoting import fastjson
 from broker_runtime.remoting.bodies import BodyError, decode_json, encode_batch
 from broker_runtime.remoting.command import HeaderError, RemotingCommand, request
 from broker_runtime.remoting.headers import (
