@@ -80,6 +80,15 @@ def test_a_java_batch_carries_the_v2_header_and_an_old_one_is_still_taken() -> N
     assert SendMessageRequestHeader.of(command(C.SEND_BATCH_MESSAGE, old.fields())) == old
 
 
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("true", True), ("TRUE", True), ("True", True), ("false", False), ("yes", False), ("", False)],
+)
+def test_booleans_are_read_as_boolean_parse_boolean_reads_them(raw: str, value: bool) -> None:
+    h = SendMessageRequestHeader.of(command(C.SEND_MESSAGE_V2, {**JAVA_V2, "m": raw}))
+    assert h.batch is value
+
+
 def test_a_v2_header_without_a_required_field_names_it() -> None:
     fields = {k: v for k, v in JAVA_V2.items() if k != "d"}
     with pytest.raises(HeaderError, match="'d'"):
