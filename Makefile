@@ -70,7 +70,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) interop-build
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py

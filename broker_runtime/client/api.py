@@ -39,7 +39,7 @@ from broker_runtime.remoting.headers import (
     TopicQueueHeader,
     UnregisterClientRequestHeader,
 )
-from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.remoting.protocol import CLIENT_VERSION, RequestCode, ResponseCode
 from broker_runtime.remoting.server import Processor, ProcessorTable
 from broker_runtime.store.record_codec import RecordError, check_unit, decode
 
@@ -101,6 +101,9 @@ class MQClientAPI:
         await self.remoting.close()
 
     def _sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Every request of the client: its version (brokers act on it), and the ACL
+        signature when keys are set."""
+        cmd.version = CLIENT_VERSION
         if self.config.access_key is not None and self.config.secret_key is not None:
             sign_command(cmd, self.config.access_key, self.config.secret_key)
         return cmd
@@ -163,8 +166,9 @@ class MQClientAPI:
 
     def send_request(self, header: SendMessageRequestHeader, body: bytes) -> RemotingCommand:
         """A SEND_MESSAGE (or SEND_BATCH_MESSAGE) request, signed; for any transport."""
-        code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE
-        return self._sign(request(code, header.fields(), body))
+        if header.batch:
+            return self._sign(request(RequestCode.SEND_BATCH_MESSAGE, header.v2().fields(), body))
+        return self._sign(request(RequestCode.SEND_MESSAGE, header.fields(), body))
 
     async def send_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes) -> None:
         await self.invoke_oneway(addr, request(RequestCode.SEND_MESSAGE, header.fields(), body))

@@ -49,10 +49,16 @@ from broker_runtime.remoting.protocol import RequestCode
 log = logging.getLogger(__name__)
 
 HALF_HOUR_MS = 30 * 60 * 1000
+# Apache RocketMQ's broker looks at held pulls every 5 s (PullRequestHoldService), so an
+# idle queue's long poll is answered up to 5 s after its suspendTimeoutMillis: a client
+# that waits only the suspend time plus its request timeout gives up first (and its next
+# pull waits pull_delay_on_error_s).
+HOLD_CHECK_S = 5.0
 
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    commit_on_pull = True  # piggy-back the queue's offset on each pull (push consumers do)
 
     def __init__(
         self,
@@ -203,8 +209,10 @@ class ConsumerBase:
             self._wakeup.set()
 
     async def _on_reset_offset(self, cmd: RemotingCommand, conn: Connection) -> None:
-        """An admin moved the group's offsets: drop those queues and take them again from
-        the new offsets (in-flight results of the old process queues are not committed)."""
+        """An admin moved the group's offsets: drop those queues, commit the new offsets and
+        take the queues again from there (in-flight results of the old process queues are
+        not committed). The commit is the client's job: Apache RocketMQ's broker only passes
+        the offsets on (MQClientInstance.resetOffset commits them as it drops the queues)."""
         if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
             return
         try:
@@ -225,7 +233,7 @@ class ConsumerBase:
                     pq.dropped = True
                     self._queue_removed(mq, pq)
                 self.offset_store.table.update(mq, offset)
-                self.offset_store.table.dirty.discard(mq)  # the broker has it already
+                await self.offset_store.persist(mq)
         log.info("%s: offsets reset by admin for %d queue(s)", self.client_id, len(reset))
         self.rebalance_now()
 
@@ -329,7 +337,7 @@ class ConsumerBase:
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         """Pull `mq` from `offset` until dropped (pullMessage and its PullCallback as a loop)."""
         clustering = self.model is MessageModel.CLUSTERING
-        timeout_s = self.suspend_ms / 1000 + self.config.request_timeout_s
+        timeout_s = self.suspend_ms / 1000 + HOLD_CHECK_S + self.config.request_timeout_s
         while self.running and not pq.dropped:
             if self._flow_controlled(pq):
                 await asyncio.sleep(0.05)
@@ -337,7 +345,7 @@ class ConsumerBase:
             sub = self._subscription(mq.topic)
             if sub is None:
                 return
-            commit = self.offset_store.table.get(mq) if clustering else None
+            commit = self.offset_store.table.get(mq) if clustering and self.commit_on_pull else None
             started = time.monotonic()
             try:
                 result = await self.puller.pull(

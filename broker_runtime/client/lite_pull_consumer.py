@@ -35,6 +35,10 @@ _Request = tuple[MessageQueue, ProcessQueue, list[ReceivedMessage]]
 
 class LitePullConsumer(ConsumerBase):
     consume_type = "CONSUME_ACTIVELY"
+    # As DefaultLitePullConsumer: offsets reach the broker by commit only. A pull carrying
+    # the last commit, sent as `poll` handed a batch out, could reach the broker after the
+    # next commit and set the group's offset back (the broker stores what it is told).
+    commit_on_pull = False
 
     def __init__(
         self,

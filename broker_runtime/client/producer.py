@@ -355,6 +355,7 @@ class Producer:
             reconsume_times=reconsume,
             max_reconsume_times=max_reconsume,
             batch=batch,
+            default_topic_queue_nums=self.default_topic_queue_nums,
         )
 
     async def _send_kernel(

@@ -130,6 +130,15 @@ class SendMessageRequestHeader(Header):
     default_topic_queue_nums: int = 4  # queues the client asks a new topic to get
     unit_mode: bool = False
 
+    def v2(self) -> SendMessageRequestHeaderV2:
+        """This header with the one-letter names: the only way Apache RocketMQ's broker
+        reads a SEND_BATCH_MESSAGE's ("The specified topic is blank" otherwise)."""
+        return SendMessageRequestHeaderV2(
+            self.producer_group, self.topic, self.default_topic, self.default_topic_queue_nums,
+            self.queue_id, self.sys_flag, self.born_timestamp, self.flag, self.properties,
+            self.reconsume_times, self.unit_mode, self.max_reconsume_times, self.batch,
+        )  # fmt: skip
+
     @staticmethod
     def of(cmd: RemotingCommand) -> SendMessageRequestHeader:
         """The header of any send: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry the one-letter
@@ -191,6 +200,7 @@ class PullMessageRequestHeader(Header):
     subscription: str | None = None  # with FLAG_SUBSCRIPTION: "*", "TAGA || TAGB" or SQL92
     expression_type: str | None = None  # TAG or SQL92 (RocketMQ's ExpressionType)
     client_id: str | None = None
+    sub_version: int = 0  # CFNotNull in Apache RocketMQ (its client sends the build time)
 
 
 @dataclasses.dataclass(slots=True)

@@ -82,6 +82,23 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
 
 
+class MQVersion(IntEnum):
+    """Ordinals of RocketMQ's MQVersion.Version that a request's `version` is held against.
+
+    Apache RocketMQ's broker takes a send-back's maxReconsumeTimes only from V3_4_9 on (else
+    the group's retryMaxTimes), passes an admin's offset reset only to consumers that said
+    V3_0_7_SNAPSHOT or later in their heartbeat, and its name server answers strict JSON
+    from V4_9_4 on.
+    """
+
+    V3_4_9 = 165
+    V4_9_4 = 584
+    V4_9_7 = 593
+
+
+CLIENT_VERSION = MQVersion.V4_9_7  # what mqaudit's clients say they are, as Java's 4.9.7
+
+
 def code_name(code: int, response: bool) -> str:
     """`SEND_MESSAGE` for 10 as a request; the number itself when unknown."""
     enum: type[IntEnum] = ResponseCode if response else RequestCode

@@ -222,7 +222,12 @@ def _start(
         str(conf_file),
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_java_env())
+        # A session of its own, as `mqaudit cluster up` starts its nodes: with the kernel's
+        # autogroup scheduling a session is a scheduling group, and a server in its caller's
+        # would share one CPU share with the caller's clients (cluster_bench runs both).
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=_java_env(), start_new_session=True
+        )
     server = JavaServer(proc, port, log, conf_file, home, conf)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
