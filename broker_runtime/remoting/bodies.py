@@ -17,8 +17,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from broker_runtime.common import fastjson
 from broker_runtime.common.message import properties_to_string, string_to_properties
-from broker_runtime.remoting import fastjson
 from broker_runtime.remoting.command import MAX_JSON_DEPTH, json_too_deep
 
 PERM_READ = 4

@@ -31,7 +31,8 @@ def _base(hint: Any) -> type:
 
 
 # Source templates of the per-class codecs: `raw` is the wire string, then the value; the
-# parse step's `else`/`elif` continues the template's `if raw is None`.
+# parse step's `else` continues the template's `if raw is None`. A bool is Java's
+# Boolean.parseBoolean: "true" in any case, anything else false (never an error).
 _REQUIRED = """
     raw = get({wire!r})
     if raw is None:
@@ -51,12 +52,8 @@ _PARSE = {
             raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}") from None
 """,
     bool: """
-    elif raw == "true":
-        raw = True
-    elif raw == "false":
-        raw = False
     else:
-        raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}")
+        raw = raw == "true" or raw.lower() == "true"
 """,
 }
 _WIRE = {str: "x", int: "'%d' % x", bool: "'true' if x else 'false'"}

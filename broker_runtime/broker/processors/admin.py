@@ -9,13 +9,13 @@ from broker_runtime.broker.processors.consumer import R
 from broker_runtime.broker.stats import rocketmq_runtime_info
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
 from broker_runtime.broker.topic_config import TopicConfig
+from broker_runtime.common.fastjson import dumps_queue_table
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
 from broker_runtime.offsets.delay_offsets import read_delay_offsets
 from broker_runtime.remoting.bodies import decode_json, encode_json
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection, RemotingError
-from broker_runtime.remoting.fastjson import dumps_queue_table
 from broker_runtime.remoting.headers import (
     CreateTopicRequestHeader,
     OffsetResponseHeader,

@@ -6,8 +6,10 @@ ConsumerManageProcessor), and NOTIFY_CONSUMER_IDS_CHANGED to a group whose membe
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
+from broker_runtime.broker.namesrv_client import register_all
 from broker_runtime.broker.processors.send_back import ensure_retry_topic
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 R = ResponseCode
+# MessageStoreConfig.accessMessageInMemoryMaxRatio (40) of the machine's physical memory.
+IN_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 40 // 100
 
 
 def notify_ids_changed(ctl: BrokerController, group: str) -> None:
@@ -71,6 +75,7 @@ class ConsumerProcessor:
             validate_group(c.group_name)
             for s in c.subscriptions:
                 validate_topic(s.topic)
+        topics_before = ctl.topics.version.counter
         for c in hb.consumers:
             group = ctl.groups.find(c.group_name)
             if group is None:
@@ -85,6 +90,10 @@ class ConsumerProcessor:
                 notify_ids_changed(ctl, c.group_name)
         if hb.consumers:
             self._watch(conn)
+        if ctl.topics.version.counter != topics_before:
+            # A new retry topic reaches the name servers before the client hears back, as
+            # RocketMQ registers it inline: the official client asks for its route right after.
+            await register_all(ctl)
         return response_to(cmd, R.SUCCESS)
 
     async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -152,13 +161,24 @@ class ConsumerProcessor:
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueueOffsetHeader.decode(cmd)
         offset = self.ctl.offsets.query(h.topic, h.consumer_group, h.queue_id)
-        if offset < 0:
-            # The client decides from its consume-from-where (RocketMQ may answer 0 here when
-            # the queue's first message is still in memory; this broker never guesses).
+        if offset < 0 and not self._starts_in_memory(h.topic, h.queue_id):
+            # The client decides from its consume-from-where.
             return response_to(
                 cmd, R.QUERY_NOT_FOUND, f"group {h.consumer_group} has no offset for this queue"
             )
-        return response_to(cmd, R.SUCCESS, fields=OffsetResponseHeader(offset).fields())
+        return response_to(cmd, R.SUCCESS, fields=OffsetResponseHeader(max(0, offset)).fields())
+
+    def _starts_in_memory(self, topic: str, queue_id: int) -> bool:
+        """RocketMQ's answer to a group's first query (queryConsumerOffset): offset 0 when the
+        queue still starts at 0 and that message is not "in disk", past
+        accessMessageInMemoryMaxRatio (40 %) of physical memory behind the log's end. So a new
+        group reads such a queue from its start whatever its consume-from-where. Taken here
+        for the whole log: within 40 % of memory, every first message is in memory."""
+        store = self.ctl.require_store()
+        if store.min_offset(validate_topic(topic), queue_id) > 0:
+            return False
+        log = store.commit_log
+        return log.max_offset - log.min_offset <= IN_MEMORY_BYTES
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = QueueOffsetHeader.decode(cmd)

@@ -22,7 +22,7 @@ from broker_runtime.remoting.bodies import MASTER_ID
 from broker_runtime.remoting.command import RemotingCommand, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from broker_runtime.remoting.protocol import FLAG_SUBSCRIPTION, ResponseCode
+from broker_runtime.remoting.protocol import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, ResponseCode
 from broker_runtime.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ class PullProcessor:
             )
         if h.max_msg_nums <= 0:
             return response_to(cmd, R.SYSTEM_ERROR, f"maxMsgNums {h.max_msg_nums} must be positive")
-        if ctl.is_master and h.commit_offset >= 0:
+        if ctl.is_master and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            # Only with the flag (a broadcasting Java consumer sends commitOffset=0 without it).
             # On arrival, as RocketMQ (only the first, suspendable pass stores it): committed
             # after a long hold it would overwrite a newer UPDATE_CONSUMER_OFFSET.
             ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)

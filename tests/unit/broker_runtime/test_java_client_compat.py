@@ -15,14 +15,19 @@ from broker_runtime.acl.signing import sign, verify
 from broker_runtime.acl.validator import resources
 from broker_runtime.broker.controller import BrokerController
 from broker_runtime.broker.namesrv_client import register_body
+from broker_runtime.broker.processors.consumer import ConsumerProcessor
 from broker_runtime.broker.processors.send import SendProcessor
 from broker_runtime.broker.stats import BrokerStats, human_bytes
+from broker_runtime.common import fastjson
 from broker_runtime.common.config import BrokerConfig, StoreConfig
 from broker_runtime.common.message import properties_to_string
-from broker_runtime.remoting import fastjson
 from broker_runtime.remoting.bodies import BodyError, decode_json, encode_batch
 from broker_runtime.remoting.command import HeaderError, RemotingCommand, request
-from broker_runtime.remoting.headers import SendMessageRequestHeader, UnregisterClientRequestHeader
+from broker_runtime.remoting.headers import (
+    QueueOffsetHeader,
+    SendMessageRequestHeader,
+    UnregisterClientRequestHeader,
+)
 from broker_runtime.remoting.protocol import RequestCode as C
 from broker_runtime.remoting.protocol import ResponseCode as R
 from broker_runtime.store.message_store import MessageStore
@@ -73,6 +78,15 @@ def test_a_java_batch_carries_the_v2_header_and_an_old_one_is_still_taken() -> N
     assert (h.topic, h.batch) == ("MT", True)
     old = SendMessageRequestHeader("pg", "T", 1, 5, batch=True)
     assert SendMessageRequestHeader.of(command(C.SEND_BATCH_MESSAGE, old.fields())) == old
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("true", True), ("TRUE", True), ("True", True), ("false", False), ("yes", False), ("", False)],
+)
+def test_booleans_are_read_as_boolean_parse_boolean_reads_them(raw: str, value: bool) -> None:
+    h = SendMessageRequestHeader.of(command(C.SEND_MESSAGE_V2, {**JAVA_V2, "m": raw}))
+    assert h.batch is value
 
 
 def test_a_v2_header_without_a_required_field_names_it() -> None:
@@ -224,3 +238,23 @@ def test_the_unique_key_flag_a_java_query_adds_after_signing_is_not_signed() -> 
     fields["_UNIQUE_KEY_QUERY"] = "false"  # MQClientAPIImpl.queryMessage adds this one later
     assert verify(fields, b"", "sk")
     assert not verify({**fields, "key": "other"}, b"", "sk")
+
+
+def test_a_new_groups_first_offset_query_answers_as_rocketmqs(ctl: BrokerController) -> None:
+    """queryConsumerOffset: 0 while the queue starts at 0 and its first message is in memory,
+    so a new group reads it from the start; the committed offset once there is one."""
+    ctl.store = MessageStore(ctl.config.store)
+    consumer = ConsumerProcessor(ctl)
+    conn = SimpleNamespace(peer_addr=("127.0.0.1", 5))
+
+    def query(queue: int) -> tuple[int, str | None]:
+        cmd = request(C.QUERY_CONSUMER_OFFSET, QueueOffsetHeader("G", "T", queue).fields())
+        resp = asyncio.run(consumer.query_offset(cmd, conn))  # type: ignore[arg-type]
+        return resp.code, resp.ext_fields.get("offset")
+
+    try:
+        assert query(0) == (R.SUCCESS, "0")  # an empty queue starts at 0 too
+        ctl.offsets.commit("T", "G", 1, 7)
+        assert query(1) == (R.SUCCESS, "7")
+    finally:
+        ctl.store.shutdown()

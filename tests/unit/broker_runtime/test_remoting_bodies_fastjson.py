@@ -89,7 +89,7 @@ def test_a_non_object_is_refused() -> None:
 
 def test_offset_tables_keyed_by_message_queue_become_rows() -> None:
     """ConsumeStats, TopicStatsTable and ResetOffsetBody as the real broker wrote them: one
-    row per queue, its figures beside it (remoting/fastjson.py's reading)."""
+    row per queue, its figures beside it (common/fastjson.py's reading)."""
     q0 = {"brokerName": "broker-r", "queueId": 0, "topic": "OcT1"}
     q1 = {**q0, "queueId": 1}
     assert decode_json(CONSUME_STATS, "208")["offsetTable"] == [
