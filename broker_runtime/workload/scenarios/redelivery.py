@@ -22,11 +22,13 @@ SETTLE_S = 1.5  # a few persist intervals: every commit sent has arrived
 
 
 async def _offsets_reach(c: Ctx, group: str, want: dict[QueueKey, int]) -> None:
-    """Until the group's committed offsets on the broker are at least `want`."""
+    """Until the group's committed offsets on the broker are at least `want`. A queue with
+    no committed offset (-1) counts as 0: the group starts it from the beginning, and a
+    consumer commits 0 only by persisting (it never rides on a pull, as in RocketMQ)."""
     deadline = asyncio.get_running_loop().time() + 30
     while True:
         got = await committed(c.namesrv, group, c.topic)
-        if all(got.get(q, -1) >= off for q, off in want.items()):
+        if all(max(got.get(q, -1), 0) >= off for q, off in want.items()):
             return
         if asyncio.get_running_loop().time() > deadline:
             raise WorkloadError(f"{c.name}: committed offsets {got} never reached {want}")
