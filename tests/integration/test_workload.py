@@ -59,7 +59,7 @@ def run_workload(
         for own in sorted((c.data_dir / "scenarios").glob("*")):
             kill_leftovers(own)
     assert out.returncode == 0, out.stderr[-4000:]
-    assert "[workload" in out.stderr  # progress
+    assert "workload: [" in out.stderr  # progress
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     doc = json.loads(truth.read_text())
     validate(doc)
