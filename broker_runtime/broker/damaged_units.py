@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.offsets.json_file import read_with_backup, write_atomic
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 
 SKIP_FILE = Path("config") / "skippedUnits.json"
@@ -111,9 +111,9 @@ def skip_unit(
     """Record an operator's skip of a damaged unit; ValueError when there is no entry or
     the unit is not damaged (nothing would be gained, a good message would be lost)."""
     store_dir = Path(store_dir)
-    files = inspect.segment_files(store_dir)
+    files = inspection.segment_files(store_dir)
     log_min = int(files[0].name) if files else 0
-    queues = inspect.read_consume_queues(store_dir / "consumequeue", log_min)
+    queues = inspection.read_consume_queues(store_dir / "consumequeue", log_min)
     entry = queues.get((topic, queue_id), {}).get(queue_offset)
     if entry is None:
         raise ValueError(f"{topic}/{queue_id} has no entry at queue offset {queue_offset}")

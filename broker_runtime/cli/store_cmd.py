@@ -10,7 +10,7 @@ from pathlib import Path
 
 from broker_runtime.broker.damaged_units import skip_unit
 from broker_runtime.common.config import FlushMode, StoreConfig
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.bench import run_bench
 from broker_runtime.store.message_store import MessageStore, read_layout
 
@@ -107,7 +107,7 @@ def _require_store(path: Path) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     _require_store(args.store)
-    report = inspect.verify(args.store)
+    report = inspection.verify(args.store)
     print(json.dumps(report.as_dict()))
     return 0 if report.consistent else 1
 
@@ -141,13 +141,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
     out = sys.stdout
     skipped = 0
 
-    def skip(problem: inspect.Problem) -> None:
+    def skip(problem: inspection.Problem) -> None:
         nonlocal skipped
         skipped += 1
         print(json.dumps({"skipped": asdict(problem)}), file=sys.stderr)
 
     try:
-        for record in inspect.dump(args.store, args.topic, args.limit, skip):
+        for record in inspection.dump(args.store, args.topic, args.limit, skip):
             out.write(json.dumps(record) + "\n")
     except BrokenPipeError:  # `| head` closed the pipe: not an error
         sys.stderr.close()

@@ -1,7 +1,7 @@
 """Where the message units of one CommitLog segment are, and what a damaged range is.
 
 The one home of the rules that find units in bytes that may be damaged, used by the ingest
-reader (pipeline/readers/segments.py) and by `store verify` / `store dump` (inspect.py).
+reader (pipeline/readers/segments.py) and by `store verify` / `store dump` (inspection.py).
 Pure code over a segment's bytes (an mmap or bytes).
 
 An *anchor* is a structurally valid unit whose PHYSICALOFFSET field is its own log offset

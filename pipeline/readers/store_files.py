@@ -1,6 +1,6 @@
 """ConsumeQueue files and consumer offset snapshots of a store dir -> Arrow / rows.
 
-Read-only, like broker_runtime.store.inspect: safe next to a running broker.
+Read-only, like broker_runtime.store.inspection: safe next to a running broker.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from broker_runtime.common.message import properties_to_string, string_to_proper
 from broker_runtime.remoting import command
 from broker_runtime.remoting.command import HeaderError, RemotingCommand
 from broker_runtime.remoting.framing import FrameDecoder, FrameError, encode
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.segment_scan import BadRange
 from pipeline.readers import unit_batch
@@ -101,7 +101,7 @@ def commitlog(data: bytes) -> None:
     for last in (True, False):
         verify_bad: list[BadRange] = []
         verify_units = [
-            pos for _phys, _view, pos in inspect.segment_units(seg, 0, last, verify_bad.append)
+            pos for _phys, _view, pos in inspection.segment_units(seg, 0, last, verify_bad.append)
         ]
         result = WalkResult()
         walker = SegmentWalker(seg, 0, last)

@@ -19,7 +19,7 @@ import pytest
 
 from broker_runtime.common.message import UNIQ_KEY
 from broker_runtime.common.topics import dlq_topic
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.plan import SCENARIOS
 from broker_runtime.workload.truth import validate
@@ -68,7 +68,7 @@ def run_workload(
 
 def messages(store: Path) -> Iterator[Any]:
     """Every message in a store's commitlog, read from its files."""
-    for _phys, view, pos in inspect.units(store):
+    for _phys, view, pos in inspection.units(store):
         yield codec.decode(view, pos)
 
 

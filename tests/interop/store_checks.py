@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.store.consume_queue import ENTRY_SIZE
-from broker_runtime.store.inspect import open_log, read_consume_queues
+from broker_runtime.store.inspection import open_log, read_consume_queues
 from tests.conftest import mqaudit_cmd
 from tests.integration.cluster_fixtures import TEST_BROKER_SETTINGS
 

@@ -24,7 +24,7 @@ from broker_runtime.common.message import (
     TRANSACTION_MASK,
 )
 from broker_runtime.common.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from broker_runtime.store.inspect import dump
+from broker_runtime.store.inspection import dump
 from tests.db_servers import stop_process
 from tests.integration.cluster_fixtures import running_cluster
 from tests.interop.rocketmq import (

@@ -22,7 +22,7 @@ from typing import Any
 
 from broker_runtime.common.findings import LOST_AFTER_ACK
 from broker_runtime.common.message import UNIQ_KEY, decode_offset_msg_id
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.power_loss import checkpoint_flushed, cut_commitlog, last_fsync
@@ -44,7 +44,7 @@ ASYNC_SETTINGS = {
 def stored_keys(store_dir: Path, topic: str) -> set[str]:
     """UNIQ_KEYs of `topic`'s messages in a store's commitlog (read from its files)."""
     out = set()
-    for _phys, view, pos in inspect.units(store_dir):
+    for _phys, view, pos in inspection.units(store_dir):
         m = codec.decode(view, pos)
         if m.topic == topic and UNIQ_KEY in m.properties:
             out.add(m.properties[UNIQ_KEY])

@@ -15,7 +15,7 @@ import pytest
 
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.checkpoint import FILE_SIZE, Checkpoint
 from broker_runtime.store.consume_queue import ENTRY_SIZE
 from broker_runtime.store.mapped_file import segment_name
@@ -134,7 +134,7 @@ def test_missing_consume_queue_tail_is_rebuilt(small_config: StoreConfig, zeroed
         with path.open("r+b") as f:
             f.seek(qo % per_file * ENTRY_SIZE)
             f.write(bytes(ENTRY_SIZE))
-    before = inspect.verify(Path(small_config.store_dir))
+    before = inspection.verify(Path(small_config.store_dir))
     assert before.consume_queue_missing == zeroed
     mark_unclean(small_config)
 
