@@ -17,7 +17,7 @@ import time
 from typing import Self
 
 from broker_runtime.client.config import ClientConfig
-from broker_runtime.client.consumer_options import ConsumerOptions
+from broker_runtime.client.consumer_options import HOLD_CHECK_S, ConsumerOptions
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import ConsumeFromWhere, MessageModel, PullStatus, ReceivedMessage
 from broker_runtime.client.offset_store import (
@@ -27,6 +27,7 @@ from broker_runtime.client.offset_store import (
     ReadType,
     RemoteBrokerOffsetStore,
     default_offsets_dir,
+    reset_offsets,
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.puller import Puller
@@ -47,12 +48,6 @@ from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.protocol import RequestCode
 
 log = logging.getLogger(__name__)
-
-# Apache RocketMQ's broker looks at held pulls every 5 s (PullRequestHoldService), so an
-# idle queue's long poll is answered up to 5 s after its suspendTimeoutMillis: a client
-# that waits only the suspend time plus its request timeout gives up first (and its next
-# pull waits pull_delay_on_error_s).
-HOLD_CHECK_S = 5.0
 
 
 class ConsumerBase:
@@ -202,20 +197,12 @@ class ConsumerBase:
             self._wakeup.set()
 
     async def _on_reset_offset(self, cmd: RemotingCommand, conn: Connection) -> None:
-        """An admin moved the group's offsets: drop those queues, commit the new offsets and
-        take the queues again from there (in-flight results of the old process queues are
-        not committed). The commit is the client's job: Apache RocketMQ's broker only passes
-        the offsets on (MQClientInstance.resetOffset commits them as it drops the queues)."""
+        """An admin moved the group's offsets: drop those queues, commit the new offsets (the
+        client's job: RocketMQ's broker only passes them on) and take the queues again."""
         if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
             return
         try:
-            rows = decode_json(cmd.body, "offset reset").get("offsetTable", [])
-            reset = {
-                MessageQueue(str(r["topic"]), str(r["brokerName"]), int(r["queueId"])): int(
-                    r["offset"]
-                )
-                for r in rows
-            }
+            reset = reset_offsets(decode_json(cmd.body, "offset reset"))
         except (BodyError, KeyError, TypeError, ValueError) as e:
             log.warning("%s: bad offset reset notice: %s", self.client_id, e)
             return

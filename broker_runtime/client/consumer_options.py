@@ -11,6 +11,11 @@ from broker_runtime.client.rebalance import Allocate, allocate_averagely
 from broker_runtime.common.clock import Clock
 
 HALF_HOUR_MS = 30 * 60 * 1000
+# Apache RocketMQ's broker looks at held pulls every 5 s (PullRequestHoldService), so an
+# idle queue's long poll is answered up to 5 s after its suspendTimeoutMillis: a client
+# that waits only the suspend time plus its request timeout gives up first (and its next
+# pull waits pull_delay_on_error_s).
+HOLD_CHECK_S = 5.0
 
 
 @dataclass(frozen=True)
