@@ -60,6 +60,9 @@ class Site:
         return result
 
 
+LIVE_TEMP = shutil.ignore_patterns("*.tmp")
+
+
 def run(dagbag: Any, dag_id: str, **kwargs: Any) -> Any:
     """`dag.test()`; the run's state and its tasks' states."""
     dr = dagbag.dags[dag_id].test(**kwargs)
@@ -190,7 +193,8 @@ def test_a_failed_gate_fails_mq_audit_with_a_readable_message(
     site: Site, dagbag: Any, variables: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     broken = site.root / "broken"
-    shutil.copytree(site.root / "cluster" / "brokers", broken / "brokers")  # no cluster.json
+    # no cluster.json; the brokers are live, so an atomic write's .tmp may vanish mid-copy
+    shutil.copytree(site.root / "cluster" / "brokers", broken / "brokers", ignore=LIVE_TEMP)
     log = broken / "brokers" / "broker-a" / "master" / "commitlog" / f"{0:020d}"
     data = bytearray(log.read_bytes())
     at = data.find(b"lost before the broker")
@@ -217,7 +221,8 @@ def test_mq_audit_gates_the_stubs_with_the_max_send_count_setting(
     next mq_audit's gate on the ledger must allow what the setting allows (the validate step
     takes the same bound as the audit and the resend job)."""
     copy = site.root / "drift"
-    shutil.copytree(site.root / "cluster" / "brokers", copy / "brokers")  # no cluster.json
+    # no cluster.json; the brokers are live, so an atomic write's .tmp may vanish mid-copy
+    shutil.copytree(site.root / "cluster" / "brokers", copy / "brokers", ignore=LIVE_TEMP)
     shutil.copytree(site.root / "cluster" / "ledger", copy / "ledger")
     with sqlite3.connect(copy / "ledger" / "producer.db") as db:
         db.execute("UPDATE message_stub SET send_count = 17 WHERE msg_id = ?", (site.never_sent,))

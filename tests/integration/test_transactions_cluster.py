@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ReceivedMessage, new_message
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.transaction_producer import LocalTransactionState as S
@@ -90,7 +91,9 @@ def test_commit_rollback_and_the_check_back_end_each_transaction_as_rocketmq(
             check={"unknown-then-commit": S.COMMIT_MESSAGE, "never-answered": None},
         )  # fmt: skip
         got: list[ReceivedMessage] = []
-        consumer = PushConsumer(config(ns, "c"), "g-tx", collector(got), consume_from=FIRST)
+        consumer = PushConsumer(
+            config(ns, "c"), "g-tx", collector(got), ConsumerOptions(consume_from=FIRST)
+        )
         consumer.subscribe(topic)
         raw = RawClient()
         results = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.store.consume_queue import ENTRY_SIZE
-from broker_runtime.store.inspection import open_log, read_consume_queues
+from broker_runtime.store.inspection import read_consume_queues, segment_files
 from tests.conftest import mqaudit_cmd
 from tests.integration.cluster_fixtures import TEST_BROKER_SETTINGS
 
@@ -62,15 +62,12 @@ def log_end(rows: list[dict[str, Any]]) -> int:
 
 def log_bytes(store: Path, end: int) -> bytes:
     """The CommitLog's bytes [0, end), across its files."""
-    log = open_log(store)
-    try:
-        return b"".join(
-            bytes(f.view[: max(0, min(f.file_size, end - f.file_from_offset))])
-            for f in log.files
-            if f.file_from_offset < end
-        )
-    finally:
-        log.close()
+    out = bytearray()
+    for path in segment_files(store):
+        start = int(path.name)
+        if start < end:
+            out += path.read_bytes()[: max(0, end - start)]
+    return bytes(out)
 
 
 def queue_ends(store: Path) -> dict[tuple[str, int], int]:

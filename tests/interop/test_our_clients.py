@@ -16,6 +16,7 @@ import pytest
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import ConsumeStatus, MessageModel, ReceivedMessage, SendResult
 from broker_runtime.client.orderly import OrderlyPushConsumer
@@ -78,7 +79,8 @@ def test_what_our_producers_send_the_official_consumer_receives(
         sp.send_oneway(m)
         sent.append((m, None))
     cli_args = f"--topic {topic} --count 3 --keys --tags TagC --size 16".split()
-    assert mqaudit("produce", "--namesrv", ns, *cli_args) == {"sent": 3, "failed": 0}
+    summary = mqaudit("produce", "--namesrv", ns, *cli_args)
+    assert (summary["sent"], summary["failed"], summary["statuses"]) == (3, 0, {"SEND_OK": 3})
 
     reader = f"--topic {topic} --group oc_java_reader --expect {len(sent) + 3} --idle-ms 10000"
     rows = java("PushConsumer", "--namesrv", ns, *reader.split())
@@ -130,16 +132,20 @@ def test_what_the_official_producer_sends_our_consumers_receive(
                 r = await p.send(m)
                 mine[r.msg_id] = (m, r)
         consumers = [
-            PushConsumer(ns, "oc_push_tags", push.listener, consume_from=FIRST),
-            OrderlyPushConsumer(ns, "oc_orderly", orderly.listener, consume_from=FIRST),
+            PushConsumer(ns, "oc_push_tags", push.listener, ConsumerOptions(consume_from=FIRST)),
+            OrderlyPushConsumer(
+                ns, "oc_orderly", orderly.listener, ConsumerOptions(consume_from=FIRST)
+            ),
             *(
                 PushConsumer(
                     ClientConfig(ns, instance_name=f"b{k}"),
                     "oc_bcast",
                     got.listener,
-                    consume_from=FIRST,
-                    message_model=MessageModel.BROADCASTING,
-                    offsets_dir=tmp_path / f"b{k}",
+                    ConsumerOptions(
+                        consume_from=FIRST,
+                        message_model=MessageModel.BROADCASTING,
+                        offsets_dir=tmp_path / f"b{k}",
+                    ),
                 )
                 for k, got in enumerate(bcast)
             ),
@@ -148,7 +154,9 @@ def test_what_the_official_producer_sends_our_consumers_receive(
         consumers[1].subscribe(topic, "TagA")
         for c in consumers[2:]:
             c.subscribe(topic, "*")
-        puller = LitePullConsumer(ns, "oc_lite", consume_from=FIRST, auto_commit=False)
+        puller = LitePullConsumer(
+            ns, "oc_lite", ConsumerOptions(consume_from=FIRST), auto_commit=False
+        )
         puller.subscribe(topic, "*")
         for c in [*consumers, puller]:
             await c.start()
@@ -254,7 +262,9 @@ def test_failed_messages_go_to_retry_then_dlq_on_the_real_broker(
                 m = ours(topic, i)
                 r = await p.send(m)
                 sent[r.msg_id] = (m, r)
-        consumer = PushConsumer(ns, group, listener, consume_from=FIRST, max_reconsume_times=1)
+        consumer = PushConsumer(
+            ns, group, listener, ConsumerOptions(consume_from=FIRST), max_reconsume_times=1
+        )
         consumer.subscribe(topic, "*")
         await consumer.start()
         try:

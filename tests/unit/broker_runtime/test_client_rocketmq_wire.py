@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import SendStatus, new_message
@@ -211,7 +212,9 @@ def test_a_lite_pull_waits_for_a_long_poll_held_past_its_suspend_time() -> None:
 
         ns = await serve({RequestCode.GET_ROUTEINFO_BY_TOPIC: routes})
         config = ClientConfig(f"127.0.0.1:{ns.port}", request_timeout_s=0.5)
-        consumer = LitePullConsumer(config, "G", suspend_ms=300, pull_delay_on_error_s=5.0)
+        consumer = LitePullConsumer(
+            config, "G", ConsumerOptions(suspend_ms=300, pull_delay_on_error_s=5.0)
+        )
         try:
             await consumer.assign([MessageQueue("T", "broker-r", 0)])
             await consumer.start()

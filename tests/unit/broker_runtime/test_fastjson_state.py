@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.common import fastjson
-from broker_runtime.common.delay import read_delay_offsets
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
+from broker_runtime.offsets.delay_offsets import read_delay_offsets
 
 CONSUMER_OFFSET_JSON = """{
 \t"offsetTable":{

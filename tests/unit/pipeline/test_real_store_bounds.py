@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 from broker_runtime.store.checkpoint import FILE_SIZE
-from pipeline.jobs.checkpoint import dispatch_bound
+from pipeline.jobs.ingest_state import dispatch_bound
 from pipeline.readers.commitlog import Broker
 
 ENTRY = struct.Struct(">qiq")
