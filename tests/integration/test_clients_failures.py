@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration
 STUCK_CONSUMER = r"""
 import asyncio, sys
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ConsumeFromWhere, ConsumeStatus
 from broker_runtime.client.push_consumer import PushConsumer
 
@@ -50,7 +51,7 @@ async def main():
 
     c = PushConsumer(
         ClientConfig(ns, persist_offset_interval_s=0.5), group, listener,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, threads=4,
+        ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET), threads=4,
     )
     c.subscribe(topic)
     await c.start()
