@@ -125,12 +125,13 @@ def ours_asyncio_producer(ns: str, batch: int, size: int, producers: int, second
 # -- consumers ------------------------------------------------------------------------------
 def bench_consumer(ns: str, group: str, topic: str, listener: Any) -> Any:
     """A push consumer from the first offset, with bigger pulls and consume batches."""
+    from broker_runtime.client.consumer_options import ConsumerOptions
     from broker_runtime.client.model import ConsumeFromWhere
     from broker_runtime.client.push_consumer import PushConsumer
 
+    options = ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=256)
     c = PushConsumer(
-        ns, group, listener, consume_from=ConsumeFromWhere.FIRST_OFFSET, batch_max=32,
-        pull_batch_size=256, pull_threshold_for_queue=4000,
+        ns, group, listener, options, batch_max=32, pull_threshold_for_queue=4000
     )  # fmt: skip
     c.subscribe(topic)
     return c
