@@ -12,7 +12,7 @@ through Delta's history.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +117,13 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
 def audit_tables(
     inputs: _Inputs, as_of_ms: int, thresholds: AuditThresholds
 ) -> dict[str, DataFrame]:
-    """Every audit table as a DataFrame (lazy), by name."""
-    i = inputs
+    """Every audit table as a DataFrame (lazy), by name.
+
+    An audit as of T sees the consumer offsets as they were known at T: a broker re-writes
+    its consumerOffset.json every few seconds, and a later snapshot must not change the
+    audit of an earlier interval.
+    """
+    i = replace(inputs, offsets=inputs.offsets.filter(F.col("snapshot_ts") <= as_of_ms))
     return {
         "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms),
         "audit_losses": audit_losses(

@@ -79,11 +79,6 @@ async def read_all(raw: RawClient, addr: str, topic: str) -> list[StoredMessage]
     return msgs if resp.code == ResponseCode.SUCCESS else []
 
 
-@pytest.mark.skip(
-    reason="regressed by this session's merges (committed messages not delivered within 30 s "
-    "after the house/hardnet/javaclients merges; it passed before them): open, see the "
-    "closing note of session 8"
-)
 def test_commit_rollback_and_the_check_back_end_each_transaction_as_rocketmq(
     cluster: Cluster,
 ) -> None:

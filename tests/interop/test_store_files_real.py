@@ -54,10 +54,10 @@ def test_store_verify_and_dump_read_what_the_java_side_sent(workload: Workload) 
 def test_ingest_and_audit_several_real_brokers_into_one_lake(
     workload: Workload, tmp_path: Path
 ) -> None:
-    from pipeline.audit_schemas import AUDIT_TABLES
     from pipeline.delta_io import DeltaIO
     from pipeline.jobs.audit import run_audit
     from pipeline.jobs.ingest import run_ingest, table_path
+    from pipeline.lake import AUDIT_TABLES
     from pipeline.schemas import TABLES
     from pipeline.spark_session import build_spark
 
