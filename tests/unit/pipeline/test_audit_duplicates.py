@@ -120,7 +120,12 @@ def _deliveries() -> list[dict[str, object]]:
 
 
 def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
-    steps = explain_deliveries(log(spark, _deliveries())).filter("seq > 1")
+    rows = _deliveries()
+    explained = explain_deliveries(log(spark, rows))
+    first = explained.filter("seq = 1")  # a first delivery has no cause
+    assert first.count() == len({(r["group"], r["msg_id"]) for r in rows})
+    assert first.filter("cause IS NOT NULL").count() == 0
+    steps = explained.filter("seq > 1")
     assert_rows(
         steps,
         ["msg_id", "group", "seq", "cause"],
