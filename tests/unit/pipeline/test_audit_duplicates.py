@@ -116,6 +116,11 @@ def _deliveries() -> list[dict[str, object]]:
         delivery(90, "E1", client="c9", queue_id=4, queue_offset=0),
         delivery(91, "E2", client="c9", queue_id=4, queue_offset=1, finished_at=T0 + 92_000),
         delivery(92, "E1", client="c10", queue_id=4, queue_offset=0),
+        # F1: c11 takes F3 from the queue in the very millisecond c12 takes its last from it
+        delivery(100, "F1", client="c11", queue_id=5, queue_offset=0),
+        delivery(101, "F1", client="c12", queue_id=5, queue_offset=0),
+        delivery(102, "F2", client="c12", queue_id=5, queue_offset=1),
+        delivery(103, "F3", client="c11", queue_id=5, queue_offset=2, received_at=T0 + 102_000),
     ]
 
 
@@ -140,6 +145,7 @@ def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
             ("A1", "g1", 2, "offset_not_committed"),
             ("B1", "g1", 2, "rebalance_overlap"),
             ("E1", "g1", 2, "rebalance_overlap"),
+            ("F1", "g1", 2, "rebalance_overlap"),
         ],
     )
 
@@ -165,6 +171,8 @@ def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
             ("B1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c7,c8"),
             ("E1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c10,c9"),
             ("E1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c10,c9"),
+            ("F1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c11,c12"),
+            ("F1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c11,c12"),
         ],
     )
 
