@@ -39,6 +39,7 @@ class Receipt:
     system: System = System.ROCKETMQ
     routing_key: str | None = None  # RabbitMQ
     redelivered: bool | None = None  # RabbitMQ
+    death: str | None = None  # RabbitMQ: x-death as JSON
 
     @classmethod
     def of(cls, msg: StoredMessage, group: str, client_id: str, broker: str) -> Receipt:
@@ -115,6 +116,7 @@ class ConsumerLedger:
                 "system": System(r.system).value,
                 "routing_key": r.routing_key,
                 "redelivered": r.redelivered,
+                "death": r.death,
             }
             for r in receipts
         ]

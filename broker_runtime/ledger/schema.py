@@ -129,6 +129,7 @@ message_log = Table(
     Column("redelivered", Boolean),  # RabbitMQ
     Column("settle", Text),  # RabbitMQ: ack, nack or reject
     Column("requeue", Boolean),  # RabbitMQ: with nack and reject
+    Column("death", Text),  # RabbitMQ: the delivery's x-death header as JSON (dead letters)
     _one_of("message_log", "outcome", Outcome, nullable=True),
     Index("ix_message_log_msg", "msg_id"),
     Index("ix_message_log_group_queue", "group", "topic", "broker", "queue_id", "queue_offset"),

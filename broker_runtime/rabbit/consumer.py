@@ -28,7 +28,7 @@ from broker_runtime.ledger.consumer import ConsumerLedger, Receipt
 from broker_runtime.ledger.dedup import DedupStore
 from broker_runtime.ledger.producer import body_hash
 from broker_runtime.ledger.schema import Settle, System
-from broker_runtime.rabbit.publisher import vhost_of
+from broker_runtime.rabbit.publisher import json_of, vhost_of
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,12 @@ def delivery_count(method: Any, props: Any) -> int:
     return 1 if method.redelivered else 0
 
 
+def death_json(props: Any) -> str | None:
+    """A dead letter's `x-death` history as JSON (newest first, as the broker keeps it)."""
+    death = (getattr(props, "headers", None) or {}).get("x-death")
+    return json_of(death) if death else None
+
+
 class ConsumerLog:
     """Writes the message log of the channels it attaches to."""
 
@@ -68,7 +74,7 @@ class ConsumerLog:
             delivery_msg_id(props, body), method.exchange, queue,
             str(getattr(method, "consumer_tag", None) or ""), vhost, channel_number,
             int(method.delivery_tag), delivery_count(method, props), System.RABBITMQ,
-            method.routing_key, bool(method.redelivered),
+            method.routing_key, bool(method.redelivered), death_json(props),
         )  # fmt: skip
         try:
             return self.ledger.record_received([receipt])[0]

@@ -44,15 +44,18 @@ def vhost_of(channel: Any) -> str:
     return str(getattr(params, "virtual_host", "/"))
 
 
+def json_of(value: Any) -> str:
+    """AMQP field values as JSON with sorted keys (bytes, times and the rest as strings)."""
+
+    def plain(v: Any) -> Any:
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+    return json.dumps(value, sort_keys=True, default=plain)
+
+
 def headers_json(headers: dict[str, Any] | None) -> str | None:
-    """The stub's `headers`: JSON with sorted keys (bytes and other values as strings)."""
-    if not headers:
-        return None
-
-    def plain(value: Any) -> Any:
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-    return json.dumps(headers, sort_keys=True, default=plain)
+    """The stub's `headers` (None when the publish has none)."""
+    return json_of(headers) if headers else None
 
 
 def with_message_id(properties: Any) -> Any:

@@ -26,7 +26,7 @@ DUPLICATE_KINDS = [
     findings.DUPLICATE_EFFECT,
     findings.RETRIED_THEN_OK,
 ]
-LOSS_KINDS = [findings.LOST_AFTER_ACK, findings.NEVER_DELIVERED, findings.EXPIRED_BEFORE_CONSUMED]
+LOSS_KINDS = list(findings.KINDS["audit_losses"])
 CONSISTENCY_KINDS = [
     findings.CQ_WITHOUT_MESSAGE,
     findings.OFFSET_REGRESSION,

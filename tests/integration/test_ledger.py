@@ -73,7 +73,7 @@ def test_tables_have_the_contracted_columns(ledger_url: str) -> None:
         "message_log": ["id", "msg_id", "topic", "group", "client_id", "broker", "queue_id",
                         "queue_offset", "reconsume_times", "received_at", "outcome",
                         "finished_at", "system", "routing_key", "redelivered", "settle",
-                        "requeue"],
+                        "requeue", "death"],
         "consume_dedup": ["group", "msg_id", "status", "expire_at", "updated_at"],
     }  # fmt: skip
     assert inspect(engine).get_pk_constraint("consume_dedup")["constrained_columns"] == [
