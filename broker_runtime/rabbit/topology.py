@@ -5,7 +5,8 @@
 routing `Topology` plus each queue's dead-letter, TTL and length settings. A queue argument
 wins over a policy for the dead-letter exchange, its routing key and the overflow mode; for
 TTL and length limits the lower of the two applies, as the broker does. An exchange's
-alternate exchange is its `alternate-exchange` argument, else its policy's.
+alternate exchange is its `alternate-exchange` argument, else its policy's. A void binding
+argument (the API shows it as "undefined") is VOID.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker_runtime.rabbit.routing import Binding, Exchange, Topology
+from broker_runtime.rabbit.routing import VOID, Binding, Exchange, Topology
 
 JsonList = Sequence[Mapping[str, Any]]
 _MIN_OF_BOTH = {"message-ttl", "max-length", "max-length-bytes", "delivery-limit"}
@@ -79,12 +80,18 @@ def parse_snapshot(
             b["destination"],
             "exchange" if b["destination_type"] == "exchange" else "queue",
             b.get("routing_key", ""),
-            tuple(sorted((b.get("arguments") or {}).items())),
+            tuple(sorted((k, _value(v)) for k, v in (b.get("arguments") or {}).items())),
         )
         for b in bindings
         if b.get("vhost", vhost) == vhost and b["source"] != ""
     )
     return Snapshot(vhost, taken_at_ms, Topology(xs, frozenset(settings), bs), settings)
+
+
+def _value(v: Any) -> Any:
+    """A binding argument as the API gives it: a void one comes as the string "undefined"
+    (Erlang's atom), indistinguishable from that string itself, and is read as VOID."""
+    return VOID if v == "undefined" else v
 
 
 def _queue_settings(q: Mapping[str, Any], policy: Mapping[str, Any]) -> QueueSettings:

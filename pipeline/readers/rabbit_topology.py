@@ -1,7 +1,8 @@
 """RabbitMQ topology snapshots <-> rows of the lake's `rabbit_topology` table.
 
 A snapshot is a row per exchange, queue and binding, all with its virtual host and time
-(`snapshot_ts`); binding arguments are kept as JSON (a void argument as null).
+(`snapshot_ts`); binding arguments are kept as JSON (a void argument as null, which the
+matcher reads as void again).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from broker_runtime.rabbit.routing import Binding, Exchange, Topology
+from broker_runtime.rabbit.routing import Binding, Exchange, Topology, Void
 from broker_runtime.rabbit.topology import QueueSettings, Snapshot
 
 _EMPTY = {
@@ -40,7 +41,10 @@ def snapshot_rows(snap: Snapshot) -> list[dict[str, Any]]:
              "delivery_limit": q.delivery_limit}
         )  # fmt: skip
     for b in snap.topology.bindings:
-        args = json.dumps(dict(b.arguments), sort_keys=True, default=str)
+        args = json.dumps(
+            {k: None if isinstance(v, Void) else v for k, v in b.arguments}, sort_keys=True,
+            default=str,
+        )  # fmt: skip
         rows.append(
             {**head, **_EMPTY, "kind": "binding",
              "name": f"{b.source}>{b.destination_type}:{b.destination}:{b.routing_key}:{args}",

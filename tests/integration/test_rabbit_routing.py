@@ -16,7 +16,7 @@ from typing import Any
 
 import pika
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker_runtime.rabbit.routing import (
@@ -108,6 +108,18 @@ _run = itertools.count()
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=cases())
+@example(  # void binding arguments: "present" under all and any, with and without x-
+    case=Case(
+        [("headers", None)],
+        3,
+        [
+            (0, "queue", 0, "", {"h1": None}),
+            (0, "queue", 1, "", {"x-match": "any", "h2": None, "h1": "2"}),
+            (0, "queue", 2, "", {"x-match": "all-with-x", "x-h": None}),
+        ],
+        [(0, "", {"h1": "1"}), (0, "", {"h2": None}), (0, "", {"x-h": 1}), (0, "", {})],
+    )
+)
 def test_matcher_routes_as_the_broker_does(
     case: Case, channel: Any, rabbit_node: RabbitNode, rabbit_vhost: str
 ) -> None:
