@@ -115,6 +115,18 @@ def good_stubs() -> Rows:
         stub("M1"),
         stub("M2", status="UNCONFIRMED", queue_offset=None, send_count=3),
         stub("M3", status="VOID"),
+        # RabbitMQ: the default exchange, a confirm without queue coordinates.
+        stub("R1", system="rabbitmq", topic="", broker="/", queue_id=None, queue_offset=None),
+        stub(
+            "R2",
+            system="rabbitmq",
+            topic="orders.eu",
+            broker="/",
+            queue_id=None,
+            queue_offset=None,
+            routing_key="order.7.paid",
+            return_reason="NO_ROUTE",
+        ),
     ]
 
 
@@ -127,6 +139,7 @@ def bad_stubs() -> Rows:
         stub("M6", updated_at=T0 - 1),
         stub("M7", send_count=17),
         stub("M8", queue_offset=None),  # confirmed, yet nobody knows where it was stored
+        stub("M9", topic="orders.eu"),  # a RocketMQ topic cannot have a dot
     ]
 
 
@@ -142,6 +155,17 @@ def good_log() -> Rows:
         delivery(1),
         delivery(2, outcome="RECONSUME_LATER", reconsume_times=1),
         delivery(3, outcome=None, finished_at=None),  # still being consumed
+        delivery(
+            8,
+            system="rabbitmq",
+            topic="",
+            group="work.eu",
+            client_id="ctag-1.x",
+            redelivered=True,
+            settle="nack",
+            requeue=True,
+            outcome="RECONSUME_LATER",
+        ),
     ]
 
 
@@ -252,6 +276,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_BETWEEN, ("reconsume_times",)),
         (_REGEX, ("topic",)),
         (_NOT_NULL, ("queue_offset",)),
+        (_REGEX, ("topic",)),
     },
     "consume_queue": {
         (_COMPOUND, ("broker", "broker_id", "topic", "queue_id", "queue_offset")),
