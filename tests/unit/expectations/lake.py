@@ -203,6 +203,12 @@ def dead_letter(msg_id: str, queue_offset: int, age_ms: int, replayed: bool) -> 
     return finding("dead_lettered", msg_id, "g1", 17, cause="max_reconsume_times", **row)
 
 
+def rabbit_dead_letter(msg_id: str) -> Rows:
+    row = {"topic": "dlx", "broker": "/", "queue_id": None, "queue_offset": None}
+    row |= {"original_topic": "orders", "age_ms": DAY, "replayed": False, "system": "rabbitmq"}
+    return finding("dead_lettered", msg_id, "shipping", 1, cause="rejected", **row)
+
+
 def good_audits() -> dict[str, Rows]:
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
@@ -212,7 +218,9 @@ def good_audits() -> dict[str, Rows]:
         "audit_lag": lag(T0, "STALLED", 50_000, 3_600_000) + lag(T0 + MINUTE, "OK", 5, 200),
         "audit_dead_letters": dead_letter("D1", 0, 30 * DAY, replayed=True)
         + dead_letter("D2", 1, DAY, replayed=False)
-        + dead_letter("D2", 2, DAY, replayed=False),  # stored twice by the producer
+        + dead_letter("D2", 2, DAY, replayed=False)  # stored twice by the producer
+        + rabbit_dead_letter("R1")
+        + rabbit_dead_letter("R2"),  # RabbitMQ's name no queue position
         "resend_candidates": finding(
             "resend_due", "M1", None, 1, cause="unconfirmed", send_count=1
         ),
