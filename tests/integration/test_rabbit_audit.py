@@ -25,7 +25,7 @@ from pipeline.jobs.rabbit import ingest_topology
 from pipeline.lake import AUDIT_TABLES, table_path
 from tests.rabbitmq import RabbitNode
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # Spark at load 20: minutes
 
 SEEDS = (1, 2, 3)
 

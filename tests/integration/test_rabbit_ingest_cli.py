@@ -17,7 +17,7 @@ from broker_runtime.rabbit.publisher import LedgeredPublisher
 from pipeline.cli.rabbit_cmds import api_credentials
 from tests.rabbitmq import RabbitNode
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # Spark at load 20: minutes
 
 
 def table(lake: Path, name: str) -> list[dict[str, object]]:
