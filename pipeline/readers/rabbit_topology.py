@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from broker_runtime.rabbit.routing import Binding, Exchange, Topology, Void
+from broker_runtime.rabbit.routing import VOID, Binding, Exchange, Topology, Void
 from broker_runtime.rabbit.topology import QueueSettings, Snapshot
 
 _EMPTY = {
@@ -55,6 +55,11 @@ def snapshot_rows(snap: Snapshot) -> list[dict[str, Any]]:
     return rows
 
 
+def _arguments(text: str | None) -> tuple[tuple[str, Any], ...]:
+    args = json.loads(text or "{}")
+    return tuple(sorted((k, VOID if v is None else v) for k, v in args.items()))
+
+
 def snapshots_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], Snapshot]:
     """Snapshots by (vhost, snapshot_ts) from the table's rows."""
     grouped: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
@@ -80,7 +85,7 @@ def snapshots_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, in
             Binding(
                 r["source"], r["destination"],
                 "exchange" if r["destination_type"] == "exchange" else "queue",
-                r["routing_key"] or "", tuple(sorted(json.loads(r["arguments"] or "{}").items())),
+                r["routing_key"] or "", _arguments(r["arguments"]),
             )
             for r in items
             if r["kind"] == "binding"
