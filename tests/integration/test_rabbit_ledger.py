@@ -230,3 +230,35 @@ def test_async_publisher_on_a_select_connection(
         assert row is not None and (row["status"], row["broker"]) == ("CONFIRMED", rabbit_vhost)
     lost = producer.get(state["lost"])
     assert lost is not None and lost["return_reason"] == "NO_ROUTE"
+
+
+def test_rabbit_workload_command_writes_truth_and_ledgers(
+    rabbit_node: RabbitNode, rabbit_vhost: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    truth = tmp_path / "truth.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "broker_runtime.cli.main", "rabbit-workload",
+         "--amqp", rabbit_node.amqp_url(rabbit_vhost), "--data-dir", str(tmp_path),
+         "--truth", str(truth), "--seed", "7"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(truth.read_text())
+    counts = json.loads(done.stdout.splitlines()[-1])["findings"]
+    assert doc["seed"] == 7 and sum(counts.values()) == len(doc["findings"])
+    assert set(counts) == {
+        "delivered_twice", "duplicate_effect", "dead_lettered", "expired", "dropped_maxlen",
+        "never_delivered", "unroutable",
+    }  # fmt: skip
+    ledger = ConsumerLedger.open(tmp_path)
+    rows = ledger.rows()
+    ledger.close()
+    dead = [r for r in rows if r["group"] == "dead"]
+    assert dead and all(r["death"] and r["system"] == "rabbitmq" for r in dead)
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit_node.amqp_url(rabbit_vhost)))
+    idle = conn.channel().queue_declare("idle", passive=True).method.message_count
+    conn.close()
+    assert idle == counts["never_delivered"]  # still waiting there: a loss only if nobody comes
