@@ -223,6 +223,7 @@ def test_async_publisher_on_a_select_connection(
     state["conn"] = conn
     conn.ioloop.call_later(30, conn.ioloop.stop)
     conn.ioloop.start()
+    conn.ioloop.close()  # its wake-up socket pair
     assert {settled[m] for m in state["ids"]} == {Published.CONFIRMED}
     assert settled[state["lost"]] is Published.UNROUTABLE
     for m in state["ids"]:
