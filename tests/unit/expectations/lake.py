@@ -284,7 +284,6 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_BETWEEN, ("reconsume_times",)),
         (_REGEX, ("topic",)),
         (_NOT_NULL, ("queue_offset",)),
-        (_REGEX, ("topic",)),
     },
     "consume_queue": {
         (_COMPOUND, ("broker", "broker_id", "topic", "queue_id", "queue_offset")),
@@ -304,6 +303,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_PAIR, ("updated_at", "created_at")),
         (_BETWEEN, ("send_count",)),
         (_NOT_NULL, ("queue_offset",)),
+        (_REGEX, ("topic",)),
     },
     "message_log": {
         (_UNIQUE, ("id",)),
