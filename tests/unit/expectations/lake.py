@@ -165,6 +165,7 @@ def good_log() -> Rows:
             settle="nack",
             requeue=True,
             outcome="RECONSUME_LATER",
+            reconsume_times=20,  # x-delivery-count: RocketMQ's bound is not RabbitMQ's
         ),
     ]
 
