@@ -16,7 +16,7 @@ from typing import Any
 
 import pika
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from broker_runtime.rabbit.routing import (
@@ -75,15 +75,21 @@ def cases(draw: Any) -> Case:
             if match is not None:
                 args["x-match"] = match
         bindings.append((src, kind, dest, key, args))
+    # Keys and headers often taken from the bindings, so that routes are found, not only missed.
+    bound_keys = [b[3] for b in bindings if "*" not in b[3] and "#" not in b[3]]
+    bound_args = [{k: v for k, v in b[4].items() if k != "x-match"} for b in bindings if b[4]]
     messages = []
     for _ in range(draw(st.integers(1, 5))):
         x = draw(st.none() | st.integers(0, n_x - 1))
-        key = (
-            draw(st.sampled_from([f"q{i}" for i in range(n_q)]))
-            if x is None
-            else keys(draw, KEY_WORDS)
-        )
+        if x is None:
+            key = draw(st.sampled_from([f"q{i}" for i in range(n_q)]))
+        elif bound_keys and draw(st.booleans()):
+            key = draw(st.sampled_from(bound_keys))
+        else:
+            key = keys(draw, KEY_WORDS)
         headers = draw(st.dictionaries(HEADER_NAMES, HEADER_VALUES, max_size=3))
+        if bound_args and draw(st.booleans()):
+            headers = dict(draw(st.sampled_from(bound_args))) | headers
         if draw(st.integers(0, 5)) == 0:
             headers["CC"] = [keys(draw, KEY_WORDS)]
         messages.append((x, key, headers))
@@ -103,7 +109,7 @@ _run = itertools.count()
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -147,8 +153,11 @@ def test_matcher_routes_as_the_broker_does(
                 sent["CC"] = [f"{p}.{k}" if x is None else k for k in sent["CC"]]
             props = pika.BasicProperties(message_id=str(i), headers=sent or None)
             channel.basic_publish(exchange, rk, b"m", props)
-            for q in route(snapshot.topology, exchange, rk, sent):
+            routed = route(snapshot.topology, exchange, rk, sent)
+            for q in routed:
                 expected[q].add(str(i))
+            kind = "default" if x is None else case.exchanges[x][0]
+            event(f"{kind} exchange: {'routed' if routed else 'unrouted'}")
         got: dict[str, set[str]] = {}
         for q in qname:
             got[q] = set()
