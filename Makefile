@@ -18,12 +18,14 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 venv: $(STAMP)
 
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
-# reports rendered in headless Chromium). Needs root and apt; elsewhere install them by hand,
-# or the tests that need them skip (they fail instead when CI=true).
-SYSTEM_PACKAGES := postgresql redis-server chromium maven
+# reports rendered in headless Chromium, RabbitMQ audited like our own brokers). Needs root
+# and apt; elsewhere install them by hand, or the tests that need them skip (they fail
+# instead when CI=true).
+SYSTEM_PACKAGES := postgresql redis-server chromium maven rabbitmq-server
 system-deps:
 	@if command -v redis-server >/dev/null && command -v chromium >/dev/null \
-	    && command -v mvn >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	    && command -v mvn >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	    && test -x /usr/lib/rabbitmq/bin/rabbitmq-server; then \
 	  echo "system packages present"; \
 	else \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \

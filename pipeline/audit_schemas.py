@@ -2,7 +2,9 @@
 
 Every audit table starts with the finding columns `msg_id` (UNIQ_KEY; null where a row is not
 about one message), `group` (null where not per consumer group), `kind`, `cause` and `count`,
-and ends with `as_of_ms`, the run's clock. Each table is rewritten whole by every audit run.
+and ends with `as_of_ms`, the run's clock, then the columns added later: `system`, whose
+finding it is (rocketmq or rabbitmq; for RabbitMQ `group` is the queue and `topic` the
+exchange). Each table is rewritten whole by every audit run.
 """
 
 from __future__ import annotations
@@ -22,18 +24,19 @@ FINDING = "msg_id:str, group:str, kind:str, cause:str, count:long"
 
 AUDIT_DUPLICATES = struct_of(
     f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, first_ts:long,"
-    " last_ts:long, clients:str, consumed:long, detail:str, as_of_ms:long"
+    " last_ts:long, clients:str, consumed:long, detail:str, as_of_ms:long, system:str"
 )
 
 AUDIT_LOSSES = struct_of(
     f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, first_ts:long,"
-    " last_ts:long, committed_offset:long, min_offset:long, detail:str, as_of_ms:long"
+    " last_ts:long, committed_offset:long, min_offset:long, detail:str, as_of_ms:long,"
+    " system:str"
 )
 
 AUDIT_LAG = struct_of(
     f"{FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, snapshot_ts:long,"
     " committed_offset:long, max_offset:long, lag_messages:long, lag_ms:long, stuck_ms:long,"
-    " status:str, first_ts:long, as_of_ms:long"
+    " status:str, first_ts:long, as_of_ms:long, system:str"
 )
 
 # One element per retry copy the broker stored in %RETRY%{group}, oldest first.
@@ -51,7 +54,7 @@ _DEAD_LETTER_HEAD = struct_of(
 )
 _DEAD_LETTER_TAIL = struct_of(
     "deliveries:long, last_outcome:str, replayed:bool, replay_status:str, replayed_at:long,"
-    " as_of_ms:long"
+    " as_of_ms:long, system:str, death:str"
 )
 AUDIT_DEAD_LETTERS = StructType(
     [
@@ -65,12 +68,16 @@ _STUB_COLUMNS = (
     "topic:str, tags:str, keys:str, body_hash:str, broker:str, queue_id:int, queue_offset:long,"
     " send_count:int, next_resend_at:long, created_at:long, updated_at:long"
 )
-RESEND_CANDIDATES = struct_of(f"{FINDING}, {_STUB_COLUMNS}, max_log_offset:long, as_of_ms:long")
-MANUAL_HANDLING = struct_of(f"{FINDING}, {_STUB_COLUMNS}, in_message_log:bool, as_of_ms:long")
+RESEND_CANDIDATES = struct_of(
+    f"{FINDING}, {_STUB_COLUMNS}, max_log_offset:long, as_of_ms:long, system:str"
+)
+MANUAL_HANDLING = struct_of(
+    f"{FINDING}, {_STUB_COLUMNS}, in_message_log:bool, as_of_ms:long, system:str"
+)
 
 CONSISTENCY = struct_of(
     f"{FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, queue_offset:long,"
-    " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long"
+    " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long, system:str"
 )
 
 # One row per stub a resend run acted on (see pipeline.remediation.resend_plan).

@@ -71,6 +71,12 @@ _CATALOG = (
         key=("broker", "broker_id", "log_offset", "reason"),
     ),
     Table("ingest_checkpoint", schemas.INGEST_CHECKPOINT, "ingested"),
+    Table(
+        "rabbit_topology",
+        schemas.RABBIT_TOPOLOGY,
+        "ingested",
+        key=("vhost", "snapshot_ts", "kind", "name"),
+    ),
     Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
     Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
     Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),

@@ -79,15 +79,34 @@ CONSUMER_OFFSETS = struct_of(
 )
 
 # The ledgers, as the broker's ledger schema (broker_runtime.ledger.schema) defines them.
+# The columns after updated_at / finished_at came later (RabbitMQ): `system` says whose row
+# it is (rocketmq for rows written before it existed, see LEDGER_DEFAULTS).
 MESSAGE_STUB = struct_of(
     "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, status:str, send_count:int,"
     " broker:str, queue_id:int, queue_offset:long, next_resend_at:long, created_at:long,"
-    " updated_at:long"
+    " updated_at:long, system:str, routing_key:str, headers:str, return_reason:str"
 )
 
 MESSAGE_LOG = struct_of(
     "id:long, msg_id:str, topic:str, group:str, client_id:str, broker:str, queue_id:int,"
-    " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long"
+    " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long,"
+    " system:str, routing_key:str, redelivered:bool, settle:str, requeue:bool, death:str"
+)
+
+# Ledger columns added later: what a ledger written before them holds in their place.
+LEDGER_DEFAULTS: dict[str, str | None] = {
+    "system": "rocketmq", "routing_key": None, "headers": None, "return_reason": None,
+    "redelivered": None, "settle": None, "requeue": None, "death": None,
+}  # fmt: skip
+
+# RabbitMQ topologies read from the management API, one snapshot per virtual host and time:
+# a row per exchange (`kind` exchange: name, type, alternate), queue (its dead-letter, TTL
+# and length settings) and binding (source, destination, routing key, arguments as JSON).
+RABBIT_TOPOLOGY = struct_of(
+    "vhost:str, snapshot_ts:long, kind:str, name:str, type:str, alternate:str, source:str,"
+    " destination:str, destination_type:str, routing_key:str, arguments:str,"
+    " dead_letter_exchange:str, dead_letter_routing_key:str, message_ttl:long,"
+    " max_length:long, max_length_bytes:long, overflow:str, delivery_limit:long"
 )
 
 # Bytes that could not be parsed. `final` is false for a damaged tail at the end of the

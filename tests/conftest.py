@@ -13,8 +13,8 @@ import pytest
 
 from broker_runtime.common.config import StoreConfig
 
-# Session-wide PostgreSQL and Redis servers (fixtures postgres_url, redis_url).
-pytest_plugins = ["tests.db_servers"]
+# Session-wide PostgreSQL, Redis and RabbitMQ servers (postgres_url, redis_url, rabbit_node).
+pytest_plugins = ["tests.db_servers", "tests.rabbitmq"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

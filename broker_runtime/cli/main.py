@@ -17,6 +17,7 @@ from broker_runtime.cli import (
     consume_cmd,
     node_cmd,
     produce_cmd,
+    rabbit_workload_cmd,
     store_cmd,
     workload_cmd,
 )
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume_cmd.add_parser(sub)
     admin_cmd.add_parser(sub)
     workload_cmd.add_parser(sub)
+    rabbit_workload_cmd.add_parser(sub)
     for ep in sorted(entry_points(group="mqaudit.commands"), key=lambda e: e.name):
         ep.load()(sub)
     return parser

@@ -69,12 +69,14 @@ class Idempotent(Generic[M, S]):
         hold_ms: int = DEFAULT_HOLD_MS,
         clock: Clock | None = None,
         key: Callable[[M], str] = message_key,
+        check_group: bool = True,
     ) -> None:
         if hold_ms <= 0:
             raise ValueError(f"hold_ms must be > 0, got {hold_ms}")
         self.callback = callback
         self.store = store
-        self.group = validate_group(group)
+        # A RocketMQ group name is checked; a RabbitMQ queue (the group there) is any string.
+        self.group = validate_group(group) if check_group else group
         self.success = success
         self.later = later
         self.hold_ms = hold_ms

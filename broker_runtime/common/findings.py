@@ -21,6 +21,10 @@ MAX_SEND_COUNT = "max_send_count"
 CQ_WITHOUT_MESSAGE = "cq_without_message"
 OFFSET_REGRESSION = "offset_regression"
 QUEUE_OFFSET_GAP = "queue_offset_gap"
+# RabbitMQ's losses the broker does not report (audit_losses; `group` is the queue there).
+UNROUTABLE = "unroutable"  # a mandatory publish returned: no queue was bound for it
+EXPIRED = "expired"  # its message TTL passed in a queue without a dead-letter exchange
+DROPPED_MAXLEN = "dropped_maxlen"  # pushed out of a full queue without a dead-letter exchange
 
 # Why a message reached one group more than once (audit_duplicates.cause).
 RETRY_AFTER_FAILURE = "retry_after_failure"
@@ -28,6 +32,7 @@ PRODUCER_RESEND = "producer_resend"
 REBALANCE_OVERLAP = "rebalance_overlap"
 REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
 OFFSET_NOT_COMMITTED = "offset_not_committed"
+REQUEUED = "requeued"  # RabbitMQ: nacked or rejected with requeue
 
 # Why a message is lost (audit_losses.cause) or dead-lettered (audit_dead_letters.cause).
 ABSENT_FROM_COMMITLOG = "absent_from_commitlog"
@@ -36,6 +41,15 @@ OFFSET_PASSED_WITHOUT_DELIVERY = "offset_passed_without_delivery"
 FILE_DELETED_BEFORE_DELIVERY = "file_deleted_before_delivery"
 MAX_RECONSUME_TIMES = "max_reconsume_times"
 SENT_TO_DLQ_DIRECTLY = "sent_to_dlq_directly"
+NO_ROUTE = "no_route"  # RabbitMQ: the broker's reply to a returned mandatory publish
+NOT_CONSUMED = "not_consumed"  # RabbitMQ: routed to the queue, no delivery logged there
+MESSAGE_TTL = "message_ttl"
+MAX_LENGTH = "max_length"
+# RabbitMQ's dead-letter reasons (x-death), the causes of its dead_lettered findings.
+DEATH_REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
+
+# Whose finding a row is (every audit table's `system`).
+SYSTEMS = ("rocketmq", "rabbitmq")
 
 # The kinds the workload's truth.json records (what it injected and can tell from its
 # journals); the audit finds these and more.
@@ -45,7 +59,14 @@ LAG_STATUSES = ("OK", "WARN", "STALLED", "STOPPED")
 
 KINDS: dict[str, tuple[str, ...]] = {
     "audit_duplicates": (STORED_TWICE, DELIVERED_TWICE, DUPLICATE_EFFECT, RETRIED_THEN_OK),
-    "audit_losses": (LOST_AFTER_ACK, NEVER_DELIVERED, EXPIRED_BEFORE_CONSUMED),
+    "audit_losses": (
+        LOST_AFTER_ACK,
+        NEVER_DELIVERED,
+        EXPIRED_BEFORE_CONSUMED,
+        UNROUTABLE,
+        EXPIRED,
+        DROPPED_MAXLEN,
+    ),
     "audit_lag": (LAG,),
     "audit_dead_letters": (DEAD_LETTERED,),
     "resend_candidates": (RESEND_DUE,),

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.message import StoredMessage
 from broker_runtime.ledger.engine import chunks, open_ledger, run_tx
-from broker_runtime.ledger.schema import Outcome, message_log
+from broker_runtime.ledger.schema import Outcome, Settle, System, message_log
 
 
 class LogError(LookupError):
@@ -36,6 +36,10 @@ class Receipt:
     queue_id: int
     queue_offset: int
     reconsume_times: int = 0
+    system: System = System.ROCKETMQ
+    routing_key: str | None = None  # RabbitMQ
+    redelivered: bool | None = None  # RabbitMQ
+    death: str | None = None  # RabbitMQ: x-death as JSON
 
     @classmethod
     def of(cls, msg: StoredMessage, group: str, client_id: str, broker: str) -> Receipt:
@@ -56,6 +60,14 @@ class Receipt:
         )
 
 
+def settle_outcome(how: Settle, requeue: bool) -> Outcome:
+    """An ack is CONSUMED; a nack or reject is RECONSUME_LATER with requeue, else FAILED (the
+    broker dead-letters or drops the message)."""
+    if how is Settle.ACK:
+        return Outcome.CONSUMED
+    return Outcome.RECONSUME_LATER if requeue else Outcome.FAILED
+
+
 class ConsumerLedger:
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
@@ -68,6 +80,16 @@ class ConsumerLedger:
             update(message_log)
             .where(message_log.c.id == bindparam("b_id"))
             .values(outcome=bindparam("b_outcome"), finished_at=bindparam("b_now"))
+        )
+        self._settled = (
+            update(message_log)
+            .where(message_log.c.id == bindparam("b_id"))
+            .values(
+                outcome=bindparam("b_outcome"),
+                finished_at=bindparam("b_now"),
+                settle=bindparam("b_settle"),
+                requeue=bindparam("b_requeue"),
+            )
         )
 
     @classmethod
@@ -91,6 +113,10 @@ class ConsumerLedger:
                 "queue_offset": r.queue_offset,
                 "reconsume_times": r.reconsume_times,
                 "received_at": now,
+                "system": System(r.system).value,
+                "routing_key": r.routing_key,
+                "redelivered": r.redelivered,
+                "death": r.death,
             }
             for r in receipts
         ]
@@ -106,12 +132,32 @@ class ConsumerLedger:
             return
         now = self.clock.now_ms()
         params = [{"b_id": i, "b_outcome": Outcome(o).value, "b_now": now} for i, o in outcomes]
+        self._update(self._outcome, params)
 
+    def record_settled(self, settled: Sequence[tuple[int, Settle, bool]]) -> None:
+        """RabbitMQ: (row id, ack/nack/reject, requeue) of log rows, with the outcome that
+        means (see `settle_outcome`); raises LogError for unknown ids."""
+        if not settled:
+            return
+        now = self.clock.now_ms()
+        params = [
+            {
+                "b_id": i,
+                "b_outcome": settle_outcome(how, requeue).value,
+                "b_now": now,
+                "b_settle": Settle(how).value,
+                "b_requeue": None if how is Settle.ACK else requeue,
+            }
+            for i, how, requeue in settled
+        ]
+        self._update(self._settled, params)
+
+    def _update(self, statement: Any, params: list[dict[str, Any]]) -> None:
         def work(conn: Connection) -> list[int]:
-            result = conn.execute(self._outcome, params)
+            result = conn.execute(statement, params)
             if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(params):
                 return []
-            ids = sorted({i for i, _ in outcomes})
+            ids = sorted({p["b_id"] for p in params})
             found: set[int] = set()
             for chunk in chunks(ids):
                 query = select(message_log.c.id).where(message_log.c.id.in_(chunk))

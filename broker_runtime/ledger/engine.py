@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
@@ -112,14 +112,35 @@ def create_ledger_engine(
 
 
 def ensure_schema(engine: Engine) -> None:
-    """Create the ledger tables that are missing; safe when several processes race to do it."""
+    """Create the ledger tables that are missing and add the columns an older ledger lacks
+    (tables only ever gain nullable or defaulted columns); safe when several processes race
+    to do it."""
 
     def create(conn: Connection) -> None:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
         metadata.create_all(conn, checkfirst=True)
+        look = inspect(conn)
+        for table in metadata.sorted_tables:
+            have = {c["name"] for c in look.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in have:
+                    _add_column(conn, table.name, column)
 
     run_tx(engine, create)
+
+
+def _add_column(conn: Connection, table: str, column: Any) -> None:
+    prep = conn.dialect.identifier_preparer
+    kind = column.type.compile(dialect=conn.dialect)
+    default = column.server_default
+    tail = ""
+    if default is not None:
+        tail = f" NOT NULL DEFAULT {default.arg.text}" if not column.nullable else ""
+        tail = tail or f" DEFAULT {default.arg.text}"
+    conn.exec_driver_sql(
+        f"ALTER TABLE {prep.quote(table)} ADD COLUMN {prep.quote(column.name)} {kind}{tail}"
+    )
 
 
 def open_ledger(

@@ -22,7 +22,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.message import Message
 from broker_runtime.ledger.engine import chunks, open_ledger, run_tx
-from broker_runtime.ledger.schema import StubStatus, message_body, message_stub
+from broker_runtime.ledger.schema import StubStatus, System, message_body, message_stub
 
 
 class StubError(LookupError):
@@ -51,6 +51,9 @@ class StubRecord:
     body_hash: str
     tags: str | None = None
     keys: str | None = None
+    system: System = System.ROCKETMQ
+    routing_key: str | None = None  # RabbitMQ; `topic` is then the exchange
+    headers: str | None = None  # RabbitMQ: JSON
 
     @classmethod
     def of(cls, msg: Message) -> StubRecord:
@@ -63,9 +66,9 @@ class StubRecord:
 @dataclass(frozen=True, slots=True)
 class Confirmation:
     msg_id: str
-    broker: str
-    queue_id: int
-    queue_offset: int
+    broker: str  # RabbitMQ: the virtual host
+    queue_id: int | None  # None for RabbitMQ, which names no queue in a confirm
+    queue_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,11 @@ class ProducerLedger:
                 updated_at=bindparam("b_now"),
             )
         )
+        self._returned = (
+            update(message_stub)
+            .where(message_stub.c.msg_id == bindparam("b_msg_id"))
+            .values(return_reason=bindparam("b_reason"), updated_at=bindparam("b_now"))
+        )
         self._resent = (
             update(message_stub)
             .where(message_stub.c.msg_id == bindparam("b_msg_id"))
@@ -166,6 +174,9 @@ class ProducerLedger:
                 "next_resend_at": now + self.backoff.delay_ms(1),
                 "created_at": now,
                 "updated_at": now,
+                "system": System(s.system).value,
+                "routing_key": s.routing_key,
+                "headers": s.headers,
             }
             for s in stubs
         ]
@@ -205,6 +216,25 @@ class ProducerLedger:
         unknown = run_tx(self.engine, work)
         if unknown:
             raise StubError("confirm", unknown)
+
+    def mark_returned(self, returns: Sequence[tuple[str, str]]) -> None:
+        """RabbitMQ: (msg_id, reply text) of mandatory publishes the broker returned unrouted
+        (it still confirms them). Raises StubError for ids never recorded."""
+        if not returns:
+            return
+        now = self.clock.now_ms()
+        params = [{"b_msg_id": m, "b_reason": r, "b_now": now} for m, r in returns]
+        ids = [m for m, _ in returns]
+
+        def work(conn: Connection) -> list[str]:
+            result = conn.execute(self._returned, params)
+            if conn.dialect.supports_sane_multi_rowcount and result.rowcount == len(params):
+                return []
+            return self._missing(conn, ids)
+
+        unknown = run_tx(self.engine, work)
+        if unknown:
+            raise StubError("mark returned", unknown)
 
     def mark_resent(self, msg_ids: Sequence[str]) -> dict[str, int]:
         """After a resend: send_count + 1, UNCONFIRMED again, next_resend_at backed off.

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Index,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    text,
 )
 
 
@@ -30,6 +32,21 @@ class Outcome(StrEnum):
     FAILED = "FAILED"  # the callback raised or returned nothing
 
 
+class System(StrEnum):
+    """The broker a ledger row is about; `topic` is a RabbitMQ row's exchange."""
+
+    ROCKETMQ = "rocketmq"
+    RABBITMQ = "rabbitmq"
+
+
+class Settle(StrEnum):
+    """How a RabbitMQ consumer settled a delivery (`message_log.settle`)."""
+
+    ACK = "ack"
+    NACK = "nack"
+    REJECT = "reject"
+
+
 class DedupStatus(StrEnum):
     CONSUMING = "CONSUMING"
     CONSUMED = "CONSUMED"
@@ -43,6 +60,10 @@ def _one_of(
     if nullable:
         test = f"{column} IS NULL OR {test}"
     return CheckConstraint(test, name=f"ck_{table}_{column}")
+
+
+def _system() -> Column[str]:
+    return Column("system", Text, nullable=False, server_default=text("'rocketmq'"))
 
 
 metadata = MetaData()
@@ -63,6 +84,12 @@ message_stub = Table(
     Column("next_resend_at", BigInteger),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # Added later (older ledgers gain them when opened: engine.ensure_schema). For RabbitMQ
+    # `topic` is the exchange and `broker` the virtual host; queue_id/queue_offset stay NULL.
+    _system(),
+    Column("routing_key", Text),  # RabbitMQ
+    Column("headers", Text),  # RabbitMQ: the publish's headers as JSON
+    Column("return_reason", Text),  # RabbitMQ: a mandatory publish returned (NO_ROUTE)
     _one_of("message_stub", "status", StubStatus),
     Index("ix_message_stub_status_resend", "status", "next_resend_at"),
 )
@@ -92,6 +119,17 @@ message_log = Table(
     Column("received_at", BigInteger, nullable=False),
     Column("outcome", Text),  # NULL while in progress
     Column("finished_at", BigInteger),
+    # Added later, as in message_stub. A RabbitMQ row: `topic` the exchange, `group` the
+    # queue, `client_id` the consumer tag, `broker` the virtual host, `queue_id` the channel
+    # number and `queue_offset` the delivery tag; `reconsume_times` is x-delivery-count (or 1
+    # for a redelivery without it); outcome CONSUMED for an ack, RECONSUME_LATER for a nack
+    # or reject with requeue, FAILED without.
+    _system(),
+    Column("routing_key", Text),  # RabbitMQ
+    Column("redelivered", Boolean),  # RabbitMQ
+    Column("settle", Text),  # RabbitMQ: ack, nack or reject
+    Column("requeue", Boolean),  # RabbitMQ: with nack and reject
+    Column("death", Text),  # RabbitMQ: the delivery's x-death header as JSON (dead letters)
     _one_of("message_log", "outcome", Outcome, nullable=True),
     Index("ix_message_log_msg", "msg_id"),
     Index("ix_message_log_group_queue", "group", "topic", "broker", "queue_id", "queue_offset"),

@@ -26,7 +26,7 @@ DUPLICATE_KINDS = [
     findings.DUPLICATE_EFFECT,
     findings.RETRIED_THEN_OK,
 ]
-LOSS_KINDS = [findings.LOST_AFTER_ACK, findings.NEVER_DELIVERED, findings.EXPIRED_BEFORE_CONSUMED]
+LOSS_KINDS = list(findings.KINDS["audit_losses"])
 CONSISTENCY_KINDS = [
     findings.CQ_WITHOUT_MESSAGE,
     findings.OFFSET_REGRESSION,
@@ -104,9 +104,13 @@ def audit_dead_letters_suite() -> gx.ExpectationSuite:
         1,
         *not_null(["msg_id", "group", "age_ms", "replayed"]),
         # Each DLQ copy once, by where it is stored (one UNIQ_KEY may be dead-lettered twice
-        # when the producer stored it twice).
+        # when the producer stored it twice); RabbitMQ's once per message and queue.
         gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=["broker", "topic", "queue_id", "queue_offset"]
+            column_list=["broker", "topic", "queue_id", "queue_offset"],
+            row_condition=Column("system").is_null() | (Column("system") != "rabbitmq"),
+        ),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["msg_id", "group"], row_condition=Column("system") == "rabbitmq"
         ),
         *at_least(0, ["age_ms"]),
         _at_most("max_dead_letters", row_condition=waiting),

@@ -51,8 +51,11 @@ def at_least(minimum: int, columns: Iterable[str]) -> list[gxe.Expectation]:
     return [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=minimum) for c in columns]
 
 
-def legal_names(columns: Iterable[str]) -> list[gxe.Expectation]:
-    return [gxe.ExpectColumnValuesToMatchRegex(column=c, regex=NAME_REGEX) for c in columns]
+def legal_names(columns: Iterable[str], row_condition: Any = None) -> list[gxe.Expectation]:
+    return [
+        gxe.ExpectColumnValuesToMatchRegex(column=c, regex=NAME_REGEX, row_condition=row_condition)
+        for c in columns
+    ]
 
 
 def not_before(column_a: str, column_b: str) -> gxe.Expectation:

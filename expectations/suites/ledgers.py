@@ -13,7 +13,7 @@ import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
 from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, MAX_RECONSUME_TIMES
-from broker_runtime.ledger.schema import Outcome, StubStatus
+from broker_runtime.ledger.schema import Outcome, Settle, StubStatus, System
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
     SuiteSpec,
@@ -30,6 +30,15 @@ MESSAGE_LOG = "message_log"
 
 STUB_STATUSES = [s.value for s in StubStatus]
 LOG_OUTCOMES = [o.value for o in Outcome]  # NULL while in progress
+SYSTEMS = [s.value for s in System]
+# RocketMQ's rows: its names and queue coordinates (a RabbitMQ exchange or queue is named
+# more freely, "" being the default exchange, and a confirm names no queue).
+# Rows ingested before `system` existed have none: they are RocketMQ's.
+ROCKETMQ_ROWS = Column("system").is_null() | (Column("system") != System.RABBITMQ.value)
+_CONFIRMED = Column("status") == StubStatus.CONFIRMED.value
+ROCKETMQ_CONFIRMED = (_CONFIRMED & Column("system").is_null()) | (
+    _CONFIRMED & (Column("system") != System.RABBITMQ.value)
+)
 
 STUB_DEFAULTS = {
     # The resend job's max send count: a stub never goes past it.
@@ -57,18 +66,21 @@ def message_stub_suite() -> gx.ExpectationSuite:
             ),
             *_unique(TABLES["message_stub"].key),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
-            *legal_names(["topic"]),
+            gxe.ExpectColumnValuesToBeInSet(column="system", value_set=SYSTEMS),
+            *legal_names(["topic"], ROCKETMQ_ROWS),
             gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=r"^[0-9a-f]{64}\z"),
             gxe.ExpectColumnValuesToBeBetween(
                 column="send_count", min_value=0, max_value=param("max_send_count")
             ),
             *at_least(0, ["queue_id", "queue_offset"]),
-            # Confirming a stub writes where the broker stored it, in the same update.
+            # Confirming a stub writes where the broker stored it, in the same update (for
+            # RabbitMQ only the virtual host).
+            gxe.ExpectColumnValuesToNotBeNull(
+                column="broker", row_condition=Column("status") == StubStatus.CONFIRMED.value
+            ),
             *[
-                gxe.ExpectColumnValuesToNotBeNull(
-                    column=c, row_condition=Column("status") == StubStatus.CONFIRMED.value
-                )
-                for c in ("broker", "queue_id", "queue_offset")
+                gxe.ExpectColumnValuesToNotBeNull(column=c, row_condition=ROCKETMQ_CONFIRMED)
+                for c in ("queue_id", "queue_offset")
             ],
             gxe.ExpectColumnValuesToBeBetween(
                 column="created_at", min_value=param("min_timestamp_ms")
@@ -85,15 +97,21 @@ def message_log_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(["id", "msg_id", "topic", "group", "client_id", "received_at"]),
             *_unique(TABLES["message_log"].key),
-            *legal_names(["topic", "group"]),
+            *legal_names(["topic", "group"], ROCKETMQ_ROWS),
             gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=LOG_OUTCOMES),
+            gxe.ExpectColumnValuesToBeInSet(column="system", value_set=SYSTEMS),
+            gxe.ExpectColumnValuesToBeInSet(column="settle", value_set=[s.value for s in Settle]),
             # A delivery with an outcome has finished: the two are written together.
             gxe.ExpectColumnValuesToNotBeNull(
                 column="finished_at", row_condition=Column("outcome").is_not_null()
             ),
             not_before("finished_at", "received_at"),
+            # RocketMQ's retry bound (a RabbitMQ queue counts deliveries without one).
             gxe.ExpectColumnValuesToBeBetween(
-                column="reconsume_times", min_value=0, max_value=param("max_reconsume_times")
+                column="reconsume_times",
+                min_value=0,
+                max_value=param("max_reconsume_times"),
+                row_condition=ROCKETMQ_ROWS,
             ),
             *at_least(0, ["queue_id", "queue_offset"]),
             gxe.ExpectColumnValuesToBeBetween(
@@ -108,7 +126,7 @@ STUB_SPEC = SuiteSpec(
     MESSAGE_STUB,
     message_stub_suite,
     STUB_DEFAULTS,
-    ("msg_id", "topic", "status", "send_count", "broker", "queue_id", "queue_offset"),
+    ("msg_id", "topic", "status", "send_count", "broker", "queue_id", "queue_offset", "system"),
     doc={
         "max_send_count": "send_count in [0, max_send_count]",
         "min_timestamp_ms": _TIMESTAMP_DOC,
@@ -118,7 +136,17 @@ LOG_SPEC = SuiteSpec(
     MESSAGE_LOG,
     message_log_suite,
     LOG_DEFAULTS,
-    ("id", "msg_id", "group", "client_id", "broker", "queue_id", "queue_offset", "outcome"),
+    (
+        "id",
+        "msg_id",
+        "group",
+        "client_id",
+        "broker",
+        "queue_id",
+        "queue_offset",
+        "outcome",
+        "system",
+    ),
     doc={
         "max_reconsume_times": "reconsume_times in [0, max_reconsume_times]",
         "min_timestamp_ms": _TIMESTAMP_DOC,

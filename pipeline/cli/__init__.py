@@ -13,6 +13,7 @@ import sys
 
 from broker_runtime.common.progress import show_progress
 from pipeline.cli.audit_cmds import add_audit_parsers
+from pipeline.cli.rabbit_cmds import add_rabbit_parsers
 from pipeline.cli.remediation_cmds import add_remediation_parsers
 
 
@@ -21,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cmds = pipeline.add_subparsers(dest="pipeline_cmd", required=True)
     add_audit_parsers(cmds)
     add_remediation_parsers(cmds)
+    add_rabbit_parsers(cmds)
 
 
 def main(argv: list[str] | None = None) -> int:

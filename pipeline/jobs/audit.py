@@ -25,6 +25,7 @@ from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs.ingest_state import COMMITLOG
+from pipeline.jobs.rabbit import TOPOLOGY, required_routes
 from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
 from pipeline.results import AuditResult, AuditTable
 from pipeline.spark_session import apply_sql_conf, build_spark
@@ -34,6 +35,12 @@ from pipeline.transforms.dead_letters import audit_dead_letters
 from pipeline.transforms.duplicates import audit_duplicates
 from pipeline.transforms.lag import LagThresholds, audit_lag
 from pipeline.transforms.losses import audit_losses
+from pipeline.transforms.rabbit import (
+    not_rabbitmq,
+    rabbit_dead_letters,
+    rabbit_duplicates,
+    rabbit_losses,
+)
 from pipeline.transforms.resend import manual_handling, resend_candidates
 
 
@@ -54,11 +61,14 @@ class _Inputs:
     messages: DataFrame
     consume_queue: DataFrame
     offsets: DataFrame
-    stubs: DataFrame
+    stubs: DataFrame  # RocketMQ's rows of the ledgers
     log: DataFrame
     quarantine: DataFrame
     checkpoint: DataFrame
     replay_log: DataFrame
+    ledger_stubs: DataFrame  # all of the ledgers' rows, RabbitMQ's among them
+    ledger_log: DataFrame
+    rabbit_routes: DataFrame  # the queues each RabbitMQ publish had to reach
 
     def unpersist(self) -> None:
         for df in vars(self).values():
@@ -82,8 +92,8 @@ def default_as_of(inputs: _Inputs) -> int:
         inputs.checkpoint.agg(F.max("created_at")),
         inputs.messages.agg(F.max("store_ts")),
         inputs.offsets.agg(F.max("snapshot_ts")),
-        inputs.log.agg(F.max(F.greatest("received_at", "finished_at"))),
-        inputs.stubs.agg(F.max("updated_at")),
+        inputs.ledger_log.agg(F.max(F.greatest("received_at", "finished_at"))),
+        inputs.ledger_stubs.agg(F.max("updated_at")),
     ]
     for probe in probes:
         value = probe.first()[0]  # type: ignore[index]
@@ -102,15 +112,21 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
     # Every input but the ConsumeQueue feeds several audit tables: each is read once.
     keep = StorageLevel.MEMORY_AND_DISK
+    stubs = read("message_stub", schemas.MESSAGE_STUB).persist(keep)
+    log = read("message_log", schemas.MESSAGE_LOG).persist(keep)
+    routes = required_routes(io.spark, stubs, read(TOPOLOGY.name, TOPOLOGY.schema))
     return _Inputs(
         messages=messages.persist(keep),
         consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
         offsets=offsets.persist(keep),
-        stubs=read("message_stub", schemas.MESSAGE_STUB).persist(keep),
-        log=read("message_log", schemas.MESSAGE_LOG).persist(keep),
+        stubs=not_rabbitmq(stubs),
+        log=not_rabbitmq(log),
         quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
         checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
         replay_log=read(DLQ_REPLAY_LOG.name, DLQ_REPLAY_LOG.schema),
+        ledger_stubs=stubs,
+        ledger_log=log,
+        rabbit_routes=routes.persist(keep),
     )
 
 
@@ -125,12 +141,16 @@ def audit_tables(
     """
     i = replace(inputs, offsets=inputs.offsets.filter(F.col("snapshot_ts") <= as_of_ms))
     return {
-        "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms),
+        "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms).unionByName(
+            rabbit_duplicates(i.ledger_log, as_of_ms)
+        ),
         "audit_losses": audit_losses(
             i.messages, i.stubs, i.log, i.offsets, ingested_until(i.checkpoint), as_of_ms
-        ),
+        ).unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms)),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
-        "audit_dead_letters": audit_dead_letters(i.messages, i.log, i.replay_log, as_of_ms),
+        "audit_dead_letters": audit_dead_letters(
+            i.messages, i.log, i.replay_log, as_of_ms
+        ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms)),
         "resend_candidates": resend_candidates(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
         "manual_handling": manual_handling(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
         "consistency": audit_consistency(
@@ -167,6 +187,7 @@ def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[
     schema = AUDIT_TABLES[name]
     new = profile_rows(df)
     if table_exists(path):
+        io.ensure_table(path, schema)  # a table of an older version gains the added columns
         old = profile_rows(io.read(path, schema))
         if (old.rows, old.fingerprint) == (new.rows, new.fingerprint):
             return new, False

@@ -57,6 +57,24 @@ def run_ingest(
     return job.run(brokers, ledger_url, range_bytes, started)
 
 
+def ingest_ledgers(
+    spark: SparkSession,
+    lake: str | Path,
+    data_dir: str | Path | None = None,
+    ledger_url: str | None = None,
+    *,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Only the ledgers into `lake` (a RabbitMQ system has no broker store to read); the rows
+    new or changed per table."""
+    apply_sql_conf(spark)
+    job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
+    for name in ("message_stub", "message_log"):
+        job.io.ensure_table(job.path(name), TABLES[name].schema)
+    job._ledgers(ledger_url)
+    return job.appended
+
+
 def _brokers(
     data_dir: str | Path | None, broker_name: str | None, confs: Sequence[str | Path]
 ) -> list[Broker]:
@@ -110,7 +128,7 @@ class _Ingest:
         summaries = self._messages(plan, range_bytes)
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
-        self._ledgers(ledger_url, plan.run)
+        self._ledgers(ledger_url)
         self._quarantine(plan, summaries)
         if plan.has_work:
             self._append_rows(
@@ -242,7 +260,7 @@ class _Ingest:
         if rows:
             self.appended["consumer_offsets"] = self._append_rows("consumer_offsets", rows)
 
-    def _ledgers(self, ledger_url: str | None, run: int) -> None:
+    def _ledgers(self, ledger_url: str | None) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)
         for name, url, schema, keys in (
             (

@@ -8,12 +8,13 @@ Rows are streamed in chunks (server-side cursor where the driver has one).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
-from sqlalchemy import MetaData, Table, create_engine, inspect, select
+from sqlalchemy import MetaData, Table, create_engine, inspect, literal, select
 
-from pipeline.schemas import arrow_schema
+from pipeline.schemas import LEDGER_DEFAULTS, arrow_schema
 
 CHUNK_ROWS = 50_000
 
@@ -31,12 +32,17 @@ def read_table(url: str, table: str, schema: StructType) -> Iterator[pa.RecordBa
             if not inspect(conn).has_table(table):
                 return
             t = Table(table, MetaData(), autoload_with=conn)
-            missing = [f.name for f in schema.fields if f.name not in t.c]
+            missing = [
+                f.name for f in schema.fields if f.name not in t.c and f.name not in LEDGER_DEFAULTS
+            ]
             if missing:
                 raise LedgerError(f"{table} in {engine.url!r} has no column(s) {missing}")
-            query = select(*[t.c[f.name] for f in schema.fields]).order_by(
-                *[t.c[c.name] for c in t.primary_key.columns]
-            )
+            # A ledger older than the added columns: their defaults in their place.
+            picked: list[Any] = [
+                t.c[f.name] if f.name in t.c else literal(LEDGER_DEFAULTS[f.name]).label(f.name)
+                for f in schema.fields
+            ]
+            query = select(*picked).order_by(*[t.c[c.name] for c in t.primary_key.columns])
             result = conn.execution_options(stream_results=True, yield_per=CHUNK_ROWS).execute(
                 query
             )

@@ -45,18 +45,27 @@ MESSAGE_COLUMNS = [
 ]
 
 
+# Columns the audit tables gained later, and what rows of a transform that does not give
+# them hold: RocketMQ's findings, without RabbitMQ's x-death history.
+ADDED_COLUMNS: dict[str, str | None] = {"system": "rocketmq", "death": None}
+
+
 def conform(schema: StructType, as_of_ms: int) -> Transform:
     """The final select: `schema`'s columns in order and types, `as_of_ms` stamped.
 
     Every other column must be there (a transform says `F.lit(None)` for what does not
-    apply), so that a misspelt column fails here instead of turning into nulls.
+    apply; ADDED_COLUMNS excepted), so that a misspelt column fails here instead of turning
+    into nulls.
     """
 
     def apply(df: DataFrame) -> DataFrame:
         names = [f.name for f in schema.fields if f.name != "as_of_ms"]
-        missing = [n for n in names if n not in df.columns]
+        missing = [n for n in names if n not in df.columns and n not in ADDED_COLUMNS]
         if missing:
             raise ValueError(f"audit rows lack column(s) {missing} of the table's schema")
+        df = df.withColumns(
+            {n: F.lit(v) for n, v in ADDED_COLUMNS.items() if n in names and n not in df.columns}
+        )
         cols = [
             (F.lit(as_of_ms) if f.name == "as_of_ms" else F.col(f.name))
             .cast(f.dataType)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, inspect
+from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, insert, inspect
 from sqlalchemy.exc import IntegrityError
 
 from broker_runtime.common.clock import FakeClock
@@ -29,7 +29,7 @@ from broker_runtime.ledger.producer import (
     StubRecord,
     body_hash,
 )
-from broker_runtime.ledger.schema import Outcome, message_stub
+from broker_runtime.ledger.schema import Outcome, System, message_stub
 from broker_runtime.store.message_store import MessageStore
 
 T0 = 1_700_000_000_000
@@ -69,10 +69,11 @@ def test_tables_have_the_contracted_columns(ledger_url: str) -> None:
     assert columns == {
         "message_stub": ["msg_id", "topic", "tags", "keys", "body_hash", "status", "send_count",
                          "broker", "queue_id", "queue_offset", "next_resend_at", "created_at",
-                         "updated_at"],
+                         "updated_at", "system", "routing_key", "headers", "return_reason"],
         "message_log": ["id", "msg_id", "topic", "group", "client_id", "broker", "queue_id",
                         "queue_offset", "reconsume_times", "received_at", "outcome",
-                        "finished_at"],
+                        "finished_at", "system", "routing_key", "redelivered", "settle",
+                        "requeue", "death"],
         "consume_dedup": ["group", "msg_id", "status", "expire_at", "updated_at"],
     }  # fmt: skip
     assert inspect(engine).get_pk_constraint("consume_dedup")["constrained_columns"] == [
@@ -81,6 +82,42 @@ def test_tables_have_the_contracted_columns(ledger_url: str) -> None:
     ]
     ensure_schema(engine)  # a second time changes nothing
     engine.dispose()
+
+
+def test_an_older_ledger_gains_the_added_columns(ledger_url: str) -> None:
+    """A ledger made before the `system` column: opening it adds the columns, its rows are
+    RocketMQ's, and new rows can say RabbitMQ."""
+    old = MetaData()
+    Table(
+        "message_stub", old, Column("msg_id", Text, primary_key=True),
+        Column("topic", Text, nullable=False), Column("tags", Text), Column("keys", Text),
+        Column("body_hash", Text, nullable=False), Column("status", Text, nullable=False),
+        Column("send_count", Integer, nullable=False), Column("broker", Text),
+        Column("queue_id", Integer), Column("queue_offset", BigInteger),
+        Column("next_resend_at", BigInteger), Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    )  # fmt: skip
+    engine = create_ledger_engine(ledger_url)
+    with engine.begin() as conn:
+        old.create_all(conn)
+        conn.execute(insert(old.tables["message_stub"]), {
+            "msg_id": "OLD", "topic": "t", "body_hash": "h", "status": "CONFIRMED",
+            "send_count": 1, "created_at": 1, "updated_at": 1,
+        })  # fmt: skip
+    engine.dispose()
+    producer = ProducerLedger.open(None, ledger_url)
+    new = StubRecord("NEW", "ex", "h", system=System.RABBITMQ, routing_key="a.b", headers="{}")
+    producer.record_before_send([new])
+    producer.mark_returned([("NEW", "NO_ROUTE")])
+    old_row, new_row = producer.get("OLD"), producer.get("NEW")
+    assert old_row is not None and new_row is not None
+    assert (old_row["system"], old_row["routing_key"]) == ("rocketmq", None)
+    assert (new_row["system"], new_row["routing_key"], new_row["return_reason"]) == (
+        "rabbitmq", "a.b", "NO_ROUTE",
+    )  # fmt: skip
+    with pytest.raises(StubError, match="never recorded"):
+        producer.mark_returned([("NOPE", "NO_ROUTE")])
+    producer.close()
 
 
 def test_the_database_refuses_an_unknown_status(ledger_url: str) -> None:
@@ -112,6 +149,10 @@ def test_record_before_send(producer: ProducerLedger) -> None:
         "next_resend_at": T0 + 1000,
         "created_at": T0,
         "updated_at": T0,
+        "system": "rocketmq",
+        "routing_key": None,
+        "headers": None,
+        "return_reason": None,
     }
 
 

@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("broker: access control, replication", ("broker_runtime.acl", "broker_runtime.ha")),
     ("broker: nodes and clients", (
         "broker_runtime.broker", "broker_runtime.namesrv", "broker_runtime.client",
-        "broker_runtime.cluster",
+        "broker_runtime.cluster", "broker_runtime.rabbit",
     )),
     ("broker: workloads", ("broker_runtime.workload",)),
     ("lake: catalog, schemas, Spark and Delta I/O", (

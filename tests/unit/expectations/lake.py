@@ -115,6 +115,18 @@ def good_stubs() -> Rows:
         stub("M1"),
         stub("M2", status="UNCONFIRMED", queue_offset=None, send_count=3),
         stub("M3", status="VOID"),
+        # RabbitMQ: the default exchange, a confirm without queue coordinates.
+        stub("R1", system="rabbitmq", topic="", broker="/", queue_id=None, queue_offset=None),
+        stub(
+            "R2",
+            system="rabbitmq",
+            topic="orders.eu",
+            broker="/",
+            queue_id=None,
+            queue_offset=None,
+            routing_key="order.7.paid",
+            return_reason="NO_ROUTE",
+        ),
     ]
 
 
@@ -127,6 +139,7 @@ def bad_stubs() -> Rows:
         stub("M6", updated_at=T0 - 1),
         stub("M7", send_count=17),
         stub("M8", queue_offset=None),  # confirmed, yet nobody knows where it was stored
+        stub("M9", topic="orders.eu"),  # a RocketMQ topic cannot have a dot
     ]
 
 
@@ -142,6 +155,18 @@ def good_log() -> Rows:
         delivery(1),
         delivery(2, outcome="RECONSUME_LATER", reconsume_times=1),
         delivery(3, outcome=None, finished_at=None),  # still being consumed
+        delivery(
+            8,
+            system="rabbitmq",
+            topic="",
+            group="work.eu",
+            client_id="ctag-1.x",
+            redelivered=True,
+            settle="nack",
+            requeue=True,
+            outcome="RECONSUME_LATER",
+            reconsume_times=20,  # x-delivery-count: RocketMQ's bound is not RabbitMQ's
+        ),
     ]
 
 
@@ -179,6 +204,12 @@ def dead_letter(msg_id: str, queue_offset: int, age_ms: int, replayed: bool) -> 
     return finding("dead_lettered", msg_id, "g1", 17, cause="max_reconsume_times", **row)
 
 
+def rabbit_dead_letter(msg_id: str) -> Rows:
+    row = {"topic": "dlx", "broker": "/", "queue_id": None, "queue_offset": None}
+    row |= {"original_topic": "orders", "age_ms": DAY, "replayed": False, "system": "rabbitmq"}
+    return finding("dead_lettered", msg_id, "shipping", 1, cause="rejected", **row)
+
+
 def good_audits() -> dict[str, Rows]:
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
@@ -188,7 +219,9 @@ def good_audits() -> dict[str, Rows]:
         "audit_lag": lag(T0, "STALLED", 50_000, 3_600_000) + lag(T0 + MINUTE, "OK", 5, 200),
         "audit_dead_letters": dead_letter("D1", 0, 30 * DAY, replayed=True)
         + dead_letter("D2", 1, DAY, replayed=False)
-        + dead_letter("D2", 2, DAY, replayed=False),  # stored twice by the producer
+        + dead_letter("D2", 2, DAY, replayed=False)  # stored twice by the producer
+        + rabbit_dead_letter("R1")
+        + rabbit_dead_letter("R2"),  # RabbitMQ's name no queue position
         "resend_candidates": finding(
             "resend_due", "M1", None, 1, cause="unconfirmed", send_count=1
         ),
@@ -271,6 +304,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_PAIR, ("updated_at", "created_at")),
         (_BETWEEN, ("send_count",)),
         (_NOT_NULL, ("queue_offset",)),
+        (_REGEX, ("topic",)),
     },
     "message_log": {
         (_UNIQUE, ("id",)),

@@ -18,7 +18,8 @@ def stub(i: int, status: str = "CONFIRMED") -> dict[str, Any]:
         "keys": None if i % 2 else f"k{i}", "body_hash": f"{i:064x}", "status": status,
         "send_count": 1 + i % 3, "broker": "broker-a", "queue_id": i % 4, "queue_offset": i,
         "next_resend_at": None, "created_at": 1_700_000_000_000 + i,
-        "updated_at": 1_700_000_000_500 + i,
+        "updated_at": 1_700_000_000_500 + i, "system": "rocketmq", "routing_key": None,
+        "headers": None, "return_reason": None,
     }  # fmt: skip
 
 
@@ -28,6 +29,8 @@ def log(i: int, outcome: str | None = "CONSUMED") -> dict[str, Any]:
         "client_id": f"client-{i % 2}", "broker": "broker-a", "queue_id": i % 4,
         "queue_offset": i, "reconsume_times": i % 3, "received_at": 1_700_000_001_000 + i,
         "outcome": outcome, "finished_at": None if outcome is None else 1_700_000_002_000 + i,
+        "system": "rocketmq", "routing_key": None, "redelivered": None, "settle": None,
+        "requeue": None, "death": None,
     }  # fmt: skip
 
 
