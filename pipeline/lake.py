@@ -71,6 +71,12 @@ _CATALOG = (
         key=("broker", "broker_id", "log_offset", "reason"),
     ),
     Table("ingest_checkpoint", schemas.INGEST_CHECKPOINT, "ingested"),
+    Table(
+        "transactions",
+        schemas.TRANSACTIONS,
+        "ingested",
+        key=("broker", "producer_group", "uniq_key"),
+    ),
     Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
     Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
     Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),
@@ -78,6 +84,7 @@ _CATALOG = (
     Table("resend_candidates", audit_schemas.RESEND_CANDIDATES, "audit"),
     Table("manual_handling", audit_schemas.MANUAL_HANDLING, "audit"),
     Table("consistency", audit_schemas.CONSISTENCY, "audit"),
+    Table("audit_transactions", audit_schemas.AUDIT_TRANSACTIONS, "audit"),
     Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
     Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
 )
