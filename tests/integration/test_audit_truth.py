@@ -53,10 +53,16 @@ from tests.integration.test_workload import run_workload
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2, 3)
-MESSAGES = 243  # 27 per scenario (the workload's least is 24)
+MESSAGES = 270  # 27 per scenario (the workload's least is 24)
 CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
 CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
-FAULT_TABLES = ("audit_duplicates", "audit_losses", "audit_dead_letters", "consistency")
+FAULT_TABLES = (
+    "audit_duplicates",
+    "audit_losses",
+    "audit_dead_letters",
+    "consistency",
+    "audit_transactions",
+)
 COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
 DUPLICATE_EFFECT = "duplicate_effect"
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
