@@ -1,7 +1,8 @@
 """`audit_transactions`: the `transactions` table's faults as of the audit's time.
 
 A transaction's state as of T comes from its times (committed by T, else an op by T: rolled
-back, else moved to TRANS_CHECK_MAX_TIME_TOPIC by T: gave up, else pending):
+back, else moved to TRANS_CHECK_MAX_TIME_TOPIC by T and not resumed since: gave up, else
+pending; its check count and half units are the ingest's):
 - `half_stuck`: pending, its first half unit stored `stuck_ms` or more before T; cause
   `never_checked` (no check-back re-appended it: no producer of its group was connected) or
   `check_unresolved` (checked, still unknown). count: half units stored.
@@ -39,7 +40,11 @@ def _as_of(transactions: DataFrame, as_of_ms: int) -> DataFrame:
 
     return transactions.filter(F.col("half_ts") <= as_of_ms).withColumns(
         {
-            "state": tx_state(by("commit_ts"), by("op_ts"), by("gave_up_ts")),
+            "state": tx_state(
+                by("commit_ts"),
+                by("op_ts"),
+                by("gave_up_ts") & (F.col("gave_up_ts") >= F.col("last_half_ts")),
+            ),
             "age_ms": F.greatest(F.lit(as_of_ms) - F.col("half_ts"), F.lit(0)),
             "last_ts": F.greatest("last_half_ts", "op_ts", "commit_ts", "gave_up_ts"),
             "msg_id": F.col("uniq_key"),

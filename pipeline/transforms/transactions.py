@@ -7,7 +7,9 @@ transaction (broker, producer group, UNIQ_KEY), as RocketMQ 4.9's broker leaves 
   unit a commit or rollback ended;
 - committed units in the real topic: COMMIT sysflag, preparedTransactionOffset = the log
   offset of the half unit committed;
-- a unit in TRANS_CHECK_MAX_TIME_TOPIC: the check gave up on it.
+- a unit in TRANS_CHECK_MAX_TIME_TOPIC: the check gave up on it (`gave_up_ts`, the latest);
+  a half unit stored after it means an admin put it back under checking (`mqaudit admin
+  resume-check`): the transaction is pending again.
 
 A commit writes an op unit too, so an op without a committed unit is a rollback. Two half
 sends with one UNIQ_KEY and group are taken as one transaction (a producer never does that).
@@ -125,7 +127,7 @@ def transactions_table(messages: DataFrame, run: int) -> DataFrame:
         units.filter(F.col("topic") == TRANS_CHECK_MAX_TIME_TOPIC)
         .withColumn("producer_group", F.coalesce(F.col("producer_group"), F.lit("")))
         .groupBy(*TX_KEY)
-        .agg(F.min("store_ts").alias("gave_up_ts"))
+        .agg(F.max("store_ts").alias("gave_up_ts"))
     )
     rows = (
         tx.join(ops, on=TX_KEY, how="left")
@@ -140,7 +142,9 @@ def transactions_table(messages: DataFrame, run: int) -> DataFrame:
         )
     )
     state = tx_state(
-        F.col("commit_ts").isNotNull(), F.col("op_ts").isNotNull(), F.col("gave_up_ts").isNotNull()
+        F.col("commit_ts").isNotNull(),
+        F.col("op_ts").isNotNull(),
+        F.col("gave_up_ts") >= F.col("last_half_ts"),
     )
     return rows.select(
         *TX_KEY,
@@ -171,6 +175,6 @@ def tx_state(committed: Column, ended: Column, gave_up: Column) -> Column:
     return (
         F.when(committed, findings.TX_COMMITTED)
         .when(ended, findings.TX_ROLLED_BACK)
-        .when(gave_up, findings.TX_GAVE_UP)
+        .when(F.coalesce(gave_up, F.lit(False)), findings.TX_GAVE_UP)
         .otherwise(findings.TX_PENDING)
     )

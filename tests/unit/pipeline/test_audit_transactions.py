@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker_runtime.broker import transactions as tx
+from broker_runtime.client.check_resume import resumed_half
 from broker_runtime.client.model import new_message
 from broker_runtime.client.msg_id import set_uniq_id
 from broker_runtime.common import findings as K
@@ -95,6 +96,8 @@ def write(store_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
         w.half("stuck")
         w.recheck(w.half("unresolved"), 2)
         w.put(tx.discarded_half(w.recheck(w.half("gave-up"), 3)))
+        given_up = w.put(tx.discarded_half(w.recheck(w.half("resumed"), 3)))
+        w.put(tx.half_message(resumed_half(given_up)))  # mqaudit admin resume-check
         late = w.commit(w.half("late", queue_id=1))
         h = w.half("check-commit")
         rechecked = w.recheck(h, 1)
@@ -125,6 +128,7 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
         "stuck": K.TX_PENDING,
         "unresolved": K.TX_PENDING,
         "gave-up": K.TX_GAVE_UP,
+        "resumed": K.TX_PENDING,
         "late": K.TX_COMMITTED,
         "check-commit": K.TX_COMMITTED,
     }
@@ -167,6 +171,7 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
     old = {
         ("stuck", None, K.HALF_STUCK, K.NEVER_CHECKED, 1),
         ("unresolved", None, K.HALF_STUCK, K.CHECK_UNRESOLVED, 3),
+        ("resumed", None, K.HALF_STUCK, K.CHECK_UNRESOLVED, 5),
     }
     assert found(last + STUCK_MS + 10) == young | old
     # As of before anything was committed or ended, every transaction begun is pending.
