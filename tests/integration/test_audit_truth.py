@@ -54,17 +54,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2, 3)
 MESSAGES = 270  # 27 per scenario (the workload's least is 24)
-CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
-CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
-FAULT_TABLES = (
-    "audit_duplicates",
-    "audit_losses",
-    "audit_dead_letters",
-    "consistency",
-    "audit_transactions",
-)
-COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
-DUPLICATE_EFFECT = "duplicate_effect"
+COLUMNS, DUPLICATE_EFFECT, FAULT_TABLES = C.COLUMNS, C.DUPLICATE_EFFECT, C.FAULT_TABLES
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
 
 
@@ -160,27 +150,18 @@ def _keys(runs: list[Audited]) -> tuple[dict[C.Key, int], dict[C.Key, int]]:
     return truth, found
 
 
-def _concurrent(k: C.Key) -> bool:
-    return k[0].split(":", 1)[1] in CONCURRENT
-
-
 @pytest.mark.timeout(1800)
 def test_every_injected_fault_is_found_with_its_cause_and_nothing_else(
     audited: list[Audited],
 ) -> None:
     truth, found = _keys(audited)
-    det_t = {k: n for k, n in truth.items() if not _concurrent(k)}
-    det_f = {k: n for k, n in found.items() if not _concurrent(k)}
+    det_t = {k: n for k, n in truth.items() if not C.concurrent(k)}
+    det_f = {k: n for k, n in found.items() if not C.concurrent(k)}
     print()
     print(C.table("deterministic scenarios", C.precision_recall(det_t, det_f)))
     print(C.table(f"all scenarios, seeds {SEEDS}", C.precision_recall(truth, found)))
-    assert det_f == det_t  # keys with causes, and counts
-    assert C.without_cause(found) == C.without_cause(truth)
-    differ = {k[4] for k in set(truth) ^ set(found)}
-    assert differ <= CAUSES_WHEN_CONCURRENT
-    assert {k[0] for k in set(truth) ^ set(found)} <= {k[0] for k in truth if _concurrent(k)}
-    counts = {k[:4]: n for k, n in truth.items()}
-    assert {k[:4]: n for k, n in found.items()} == counts
+    C.assert_same_findings(truth, found)
+    assert {k[0] for k in set(truth) ^ set(found)} <= {k[0] for k in truth if C.concurrent(k)}
 
 
 @pytest.mark.timeout(1800)

@@ -1,6 +1,7 @@
 """`mqaudit demo` end to end, as a person runs it: a cluster, the fault workload (every
 scenario), every DAG through `airflow dags test`, the workload's other clusters audited, the
-summary held against the workload's ground truth, and every cluster stopped afterwards."""
+summary and the lakes' findings (message by message) held against the workload's ground
+truth, and every cluster stopped afterwards."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import mqaudit_cmd
+from tests.integration import truth_compare as C
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]
 
@@ -51,13 +53,19 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     assert all(row["match"] for row in check.values()), check
     assert "MISMATCH" not in done.stdout
 
+    # Message by message: the lakes' findings (its own and the other clusters') are the truth's.
     truth = json.loads((out / "truth.json").read_text())
+    lakes = [out / "lake", *sorted(p for p in (out / "cluster-lakes").iterdir() if p.is_dir())]
+    rows = [r for lake in lakes for r in C.lake_fault_rows(lake)]
+    found = C.audit_keys((r for r in rows if r["kind"] != C.DUPLICATE_EFFECT), C.scenario_of(truth))
+    C.assert_same_findings(C.truth_keys(truth), found)
     elsewhere = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) != out / "cluster"}
     assert set(summary["audited"]["other_clusters"]) == {
         "rebalance_lock_off",
         "rebalance_lock_on",
         "master_crash_async",
         "master_crash_sync",
+        "transactions",
     }
     assert elsewhere == set(summary["audited"]["other_clusters"])  # fmt: skip
     group = summary["replays"]["group"]

@@ -2,13 +2,16 @@
 
 A fake "slave" (8 zero bytes, then reports of 1 << 60) once received the raw CommitLog and
 turned SLAVE_NOT_AVAILABLE answers into SEND_OK although no replica held the messages; the
-real slave (the cluster's generated secret, or the ACL admin's) still replicates.
+real slave (the cluster's generated secret, or the ACL admin's) still replicates. Nor can
+it acknowledge for a real slave that is connected but frozen (SIGSTOP).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -107,3 +110,40 @@ def test_a_fake_slave_gets_no_log_and_acknowledges_nothing(tmp_path: Path, acl: 
         c.start("broker-a-slave")  # the real slave answers the challenge and replicates
         wait_until(lambda: ha_connections(c, creds) == 1)
         assert asyncio.run(send_codes(c, 5, creds)) == [R.SUCCESS] * 5
+
+
+def test_a_fake_slave_cannot_acknowledge_for_a_frozen_slave(tmp_path: Path) -> None:
+    """The real slave stays connected but frozen (SIGSTOP): sends time out waiting for it, a
+    fake "slave" claiming 1 << 60 meanwhile turns none of them into SEND_OK, and once the
+    real slave runs again it acknowledges what it then holds."""
+    with running_cluster(
+        tmp_path / "c",
+        name_servers=1,
+        flush="sync",
+        replication="sync",
+        settings={"sync_replica_timeout_ms": "700"},
+    ) as c:
+        wait_until(lambda: ha_connections(c, None) == 1)
+        assert asyncio.run(send_codes(c, 2, None)) == [R.SUCCESS] * 2
+        slave = c.pid("broker-a-slave")
+        assert slave is not None
+        node = c.layout.node("broker-a-master")
+        os.kill(slave, signal.SIGSTOP)
+        try:
+            frozen = asyncio.run(send_codes(c, 2, None))
+
+            async def attack() -> tuple[bytes, list[int], list[int]]:
+                got, writer = await fake_slave(node.host, node.ha_port or 0)
+                during = await send_codes(c, 3, None)
+                writer.close()
+                await asyncio.sleep(0.5)  # let the master see the disconnect
+                return got, during, await send_codes(c, 2, None)
+
+            got, during, after = asyncio.run(attack())
+        finally:
+            os.kill(slave, signal.SIGCONT)
+        assert set(frozen) == {R.FLUSH_SLAVE_TIMEOUT}, frozen
+        assert len(got) <= CHALLENGE.size, f"the fake slave got {len(got)} bytes of the log"
+        assert set(during) == {R.FLUSH_SLAVE_TIMEOUT}, during
+        assert set(after) == {R.FLUSH_SLAVE_TIMEOUT}, after
+        wait_until(lambda: asyncio.run(send_codes(c, 1, None)) == [R.SUCCESS])

@@ -28,7 +28,6 @@ from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import build_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
-from tests.integration.test_audit_truth import COLUMNS, DUPLICATE_EFFECT, FAULT_TABLES
 from tests.integration.test_workload import run_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -54,8 +53,8 @@ def _audit(spark: Any, lake: Path, doc: dict[str, Any]) -> Audited:
     io = DeltaIO(spark)
     rows = [
         r.asDict()
-        for name in FAULT_TABLES
-        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*COLUMNS).collect()
+        for name in C.FAULT_TABLES
+        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*C.COLUMNS).collect()
     ]
     tx = io.read(table_path(lake, "transactions"), schemas.TRANSACTIONS)
     assert run_gate(tx, "transactions").success
@@ -86,7 +85,7 @@ def test_every_transaction_fault_is_found_with_its_cause_and_nothing_else(
     found: dict[C.Key, int] = {}
     for doc, rows, _ in audited:
         seed = doc["seed"]
-        rows = [r for r in rows if r["kind"] != DUPLICATE_EFFECT]
+        rows = [r for r in rows if r["kind"] != C.DUPLICATE_EFFECT]
         for side, keys in (
             (truth, C.truth_keys(doc)),
             (found, C.audit_keys(rows, C.scenario_of(doc))),

@@ -58,6 +58,51 @@ def without_cause(keys: Iterable[Key]) -> set[tuple[str, str, str, str | None]]:
     return {k[:4] for k in keys}
 
 
+# The audit tables that hold the workload's fault findings, and the columns a finding is named by.
+FAULT_TABLES = (
+    "audit_duplicates",
+    "audit_losses",
+    "audit_dead_letters",
+    "consistency",
+    "audit_transactions",
+)
+COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
+DUPLICATE_EFFECT = "duplicate_effect"  # a consequence of delivered_twice, not a fault of its own
+# Scenarios where two consumers take from one queue at about the same time: which of the
+# concurrent causes a duplicate gets turns on milliseconds (see test_audit_truth).
+CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
+CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
+
+
+def lake_fault_rows(lake: Path) -> list[dict[str, Any]]:
+    """A lake's fault findings (FAULT_TABLES, COLUMNS), read with pyarrow, without Spark."""
+    from pipeline.delta_files import read_arrow
+    from pipeline.lake import AUDIT_TABLES, table_path
+
+    return [
+        r
+        for name in FAULT_TABLES
+        for r in read_arrow(table_path(lake, name), AUDIT_TABLES[name]).select(COLUMNS).to_pylist()
+    ]
+
+
+def concurrent(k: Key) -> bool:
+    """Whether the finding's scenario (possibly named `seed:scenario`) is a concurrent one."""
+    return k[0].rsplit(":", 1)[-1] in CONCURRENT
+
+
+def assert_same_findings(truth: dict[Key, int], found: dict[Key, int]) -> None:
+    """Every finding of the truth is an audit row and every audit row a finding: with its
+    cause and count in the deterministic scenarios; with its count, and a cause among the
+    concurrent ones, in the others."""
+    det_t = {k: n for k, n in truth.items() if not concurrent(k)}
+    det_f = {k: n for k, n in found.items() if not concurrent(k)}
+    assert det_f == det_t  # keys with causes, and counts
+    assert without_cause(found) == without_cause(truth)
+    assert {k[4] for k in set(truth) ^ set(found)} <= CAUSES_WHEN_CONCURRENT
+    assert {k[:4]: n for k, n in found.items()} == {k[:4]: n for k, n in truth.items()}
+
+
 # -- the raw data, read without the pipeline ---------------------------------------------------
 
 

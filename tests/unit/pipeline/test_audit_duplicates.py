@@ -112,11 +112,20 @@ def _deliveries() -> list[dict[str, object]]:
         delivery(80, "B1", client="c7", queue_id=3, queue_offset=0),
         delivery(81, "B2", client="c7", queue_id=3, queue_offset=1, finished_at=T0 + 83_000),
         delivery(82, "B1", client="c8", queue_id=3, queue_offset=0),
+        # E1: as B1, but c9 finishes E2 in the very millisecond c10 receives E1: still busy
+        delivery(90, "E1", client="c9", queue_id=4, queue_offset=0),
+        delivery(91, "E2", client="c9", queue_id=4, queue_offset=1, finished_at=T0 + 92_000),
+        delivery(92, "E1", client="c10", queue_id=4, queue_offset=0),
     ]
 
 
 def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
-    steps = explain_deliveries(log(spark, _deliveries())).filter("seq > 1")
+    rows = _deliveries()
+    explained = explain_deliveries(log(spark, rows))
+    first = explained.filter("seq = 1")  # a first delivery has no cause
+    assert first.count() == len({(r["group"], r["msg_id"]) for r in rows})
+    assert first.filter("cause IS NOT NULL").count() == 0
+    steps = explained.filter("seq > 1")
     assert_rows(
         steps,
         ["msg_id", "group", "seq", "cause"],
@@ -130,6 +139,7 @@ def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
             ("C1", "g1", 2, "redelivery_after_restart"),
             ("A1", "g1", 2, "offset_not_committed"),
             ("B1", "g1", 2, "rebalance_overlap"),
+            ("E1", "g1", 2, "rebalance_overlap"),
         ],
     )
 
@@ -153,6 +163,8 @@ def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
             ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
             ("B1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c7,c8"),
             ("B1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c7,c8"),
+            ("E1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c10,c9"),
+            ("E1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c10,c9"),
         ],
     )
 
