@@ -92,3 +92,11 @@ DLQ_REPLAY_LOG = struct_of(
     "replay_id:str, msg_id:str, group:str, topic:str, status:str, reason:str,"
     " new_offset:long, ts:long"
 )
+
+# One row per transaction finding (pipeline.transforms.transaction_audit); `group` is the
+# consumer group for the per-group kinds, null for the others.
+AUDIT_TRANSACTIONS = struct_of(
+    f"{FINDING}, producer_group:str, topic:str, broker:str, queue_id:int, queue_offset:long,"
+    " half_queue_offset:long, checks:int, state:str, first_ts:long, last_ts:long, age_ms:long,"
+    " detail:str, as_of_ms:long, system:str"
+)

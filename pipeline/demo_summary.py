@@ -19,12 +19,14 @@ from broker_runtime.common.findings import (
     DEAD_LETTERED,
     DELIVERED_TWICE,
     DUPLICATE_EFFECT,
+    KINDS,
     LOST_AFTER_ACK,
     STORED_TWICE,
 )
 
 # The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
-COMPARED_KINDS = (STORED_TWICE, DELIVERED_TWICE, LOST_AFTER_ACK, DEAD_LETTERED)
+TRANSACTION_KINDS = KINDS["audit_transactions"]
+COMPARED_KINDS = (STORED_TWICE, DELIVERED_TWICE, LOST_AFTER_ACK, DEAD_LETTERED, *TRANSACTION_KINDS)
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -96,14 +98,20 @@ def _add(total: Counter[str], counts: dict[str, Any]) -> None:
 
 def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Counter[str]]:
     """Findings by kind (and duplicates by cause) of the DAG's report and of every cluster."""
-    out = {key: Counter[str]() for key in ("duplicates", "duplicate_causes", "losses")}
+    keys = ("duplicates", "duplicate_causes", "losses", "transactions")
+    out = {key: Counter[str]() for key in keys}
     for key, counter in out.items():
         _add(counter, report.get(key, {}))
     dead = Counter({"total": int(report.get("dead_letters") or 0)})
     dead["waiting"] = int(report.get("dead_letters_waiting") or 0)
     for cluster in clusters.values():
         kinds = cluster.get("kinds", {})
-        for table, key in (("audit_duplicates", "duplicates"), ("audit_losses", "losses")):
+        tables = (
+            ("audit_duplicates", "duplicates"),
+            ("audit_losses", "losses"),
+            ("audit_transactions", "transactions"),
+        )
+        for table, key in tables:
             _add(out[key], {k: sum(c.values()) for k, c in kinds.get(table, {}).items()})
         for causes in kinds.get("audit_duplicates", {}).values():
             _add(out["duplicate_causes"], causes)
@@ -128,7 +136,7 @@ def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
 
 
 def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
-    found = {**audited["duplicates"], **audited["losses"]}
+    found = {**audited["duplicates"], **audited["losses"], **audited["transactions"]}
     found[DEAD_LETTERED] = audited["dead_letters"]["total"]
     return found
 
@@ -179,6 +187,7 @@ def build_summary(
         "duplicates": dict(sorted(audited["duplicates"].items())),
         "duplicates_by_cause": dict(sorted(audited["duplicate_causes"].items())),
         "losses": dict(sorted(audited["losses"].items())),
+        "transactions": dict(sorted(audited["transactions"].items())),
         "lag": {
             "status": found.get("lag_status", {}),
             "max_messages": found.get("lag_max_messages"),
@@ -237,6 +246,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"duplicates:     {kv(s['duplicates'])}",
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
         f"losses:         {kv(s['losses'])}",
+        f"transactions:   {kv(s['transactions'])}",
         f"lag:            {kv(s['lag']['status'])} (max {s['lag']['max_messages']} messages)",
         f"dead letters:   {s['dead_letters']['total']} ({s['dead_letters']['waiting']} waiting)",
         f"resends:        {kv(s['resends']['counts'])}; "

@@ -77,6 +77,12 @@ _CATALOG = (
         "ingested",
         key=("vhost", "snapshot_ts", "kind", "name"),
     ),
+    Table(
+        "transactions",
+        schemas.TRANSACTIONS,
+        "ingested",
+        key=("broker", "producer_group", "uniq_key"),
+    ),
     Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
     Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
     Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),
@@ -84,6 +90,7 @@ _CATALOG = (
     Table("resend_candidates", audit_schemas.RESEND_CANDIDATES, "audit"),
     Table("manual_handling", audit_schemas.MANUAL_HANDLING, "audit"),
     Table("consistency", audit_schemas.CONSISTENCY, "audit"),
+    Table("audit_transactions", audit_schemas.AUDIT_TRANSACTIONS, "audit"),
     Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
     Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
 )

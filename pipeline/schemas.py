@@ -125,6 +125,18 @@ INGEST_CHECKPOINT = struct_of(
 )
 
 
+# One row per transaction (per broker, producer group and UNIQ_KEY), derived from the
+# `messages` table's half, op, check-max and committed units (pipeline.transforms.
+# transactions); rebuilt whole by an ingest that read new units. Times are store times;
+# `state` is as of the ingest, the audit re-derives it as of its own time from the times.
+TRANSACTIONS = struct_of(
+    "broker:str, producer_group:str, uniq_key:str, keys:str, topic:str, queue_id:int,"
+    " half_queue_offset:long, half_phys_offset:long, half_units:int, checks:int, born_ts:long,"
+    " half_ts:long, last_half_ts:long, ops:int, op_ts:long, commits:int, commit_offsets:int,"
+    " commit_ts:long, commit_queue_offset:long, gave_up_ts:long, state:str, ingest_run:long"
+)
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark uses for `schema` (what readers emit and delta-rs stores)."""
     from pyspark.sql.pandas.types import to_arrow_schema

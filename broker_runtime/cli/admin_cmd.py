@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker_runtime.cli.client_args import add_target, client_config, print_table
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.client.check_resume import resume_check
 from broker_runtime.client.model import MQClientError, ReceivedMessage
 from broker_runtime.common import aio
 from broker_runtime.common.clock import format_ms, parse_time_ms
@@ -48,6 +50,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--queues", type=int, default=4, help="read and write queues per broker")
     p.add_argument("--brokers", default=None, help="broker names, comma separated (default all)")
     cmd("topic-list", "every topic the name server knows", cmd_topic_list)
+    p = cmd(
+        "resume-check",
+        "put a transaction the check-back gave up on (TRANS_CHECK_MAX_TIME_TOPIC) back "
+        "under checking, its check count reset",
+        cmd_resume_check,
+    )
+    p.add_argument("--id", required=True, help="the transaction's message id (UNIQ_KEY)")
+    p.add_argument("--force", action="store_true", help="even if already back under checking")
 
 
 def _run(args: argparse.Namespace, work: Callable[[MQAdmin], Awaitable[Any]]) -> Any:
@@ -175,3 +185,25 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
 def cmd_topic_list(args: argparse.Namespace) -> int:
     topics = _run(args, lambda a: a.topic_list())
     return _emit(args, topics, lambda: print("\n".join(topics)))
+
+
+def cmd_resume_check(args: argparse.Namespace) -> int:
+    async def main() -> list[dict[str, Any]]:
+        done = await resume_check(client_config(args), args.id, args.force)
+        return [dataclasses.asdict(r) for r in done]
+
+    try:
+        rows = aio.run(main())
+    except (MQClientError, RemotingError) as e:
+        raise ValueError(str(e)) from e
+    headers = [
+        "#Msg Id",
+        "#Broker",
+        "#Topic",
+        "#QID",
+        "#Producer Group",
+        "#Checks Before",
+        "#Half Offset",
+    ]
+    table = [list(r.values()) for r in rows]
+    return _emit(args, rows, lambda: print_table(headers, table))

@@ -117,12 +117,18 @@ class TransactionProducer:
             except Exception:
                 log.exception("local transaction of %s failed: left UNKNOW", result.msg_id)
                 state = LocalTransactionState.UNKNOW
+        await self.end(result, state)
+        return TransactionSendResult(result, state)
+
+    async def end(self, result: SendResult, state: LocalTransactionState) -> None:
+        """END_TRANSACTION (one way) for the half message `result` stored, to its broker's
+        master. `send_in_transaction` sends it; sending it again is a duplicate request, as
+        a network may make one (the broker then commits twice, as RocketMQ 4.9's does)."""
         addr = self.producer.instance.brokers.get(result.mq.broker, {}).get(MASTER_ID)
         if addr is None:
             raise ValueError(f"no master address for broker {result.mq.broker}")
         _, commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
         await self._end(addr, result.queue_offset, commit_log_offset, result.msg_id, state, False)
-        return TransactionSendResult(result, state)
 
     async def _end(
         self,

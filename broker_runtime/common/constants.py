@@ -23,3 +23,8 @@ CQ_BLANK_SIZE = 0x7FFFFFFF
 
 # Topic and group names: RocketMQ's TopicValidator.VALID_CHAR_PATTERN with its length limit.
 NAME_PATTERN = r"[%|a-zA-Z0-9_-]{1,127}"
+
+# How old a half message with no op, commit or give-up must be before the audit calls it stuck:
+# RocketMQ's transactionTimeOut (6 s) + transactionCheckInterval (60 s) defaults, by when a
+# check pass must have taken it up.
+HALF_STUCK_AFTER_MS = 66_000

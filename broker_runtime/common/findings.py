@@ -25,6 +25,12 @@ QUEUE_OFFSET_GAP = "queue_offset_gap"
 UNROUTABLE = "unroutable"  # a mandatory publish returned: no queue was bound for it
 EXPIRED = "expired"  # its message TTL passed in a queue without a dead-letter exchange
 DROPPED_MAXLEN = "dropped_maxlen"  # pushed out of a full queue without a dead-letter exchange
+# Transactions (audit_transactions): found in the `transactions` table.
+HALF_STUCK = "half_stuck"  # a half message with no op, commit or give-up, past the bound
+CHECK_GAVE_UP = "check_gave_up"  # moved to TRANS_CHECK_MAX_TIME_TOPIC after the last check
+ROLLED_BACK_BUT_DELIVERED = "rolled_back_but_delivered"
+COMMITTED_TWICE = "committed_twice"
+COMMITTED_NEVER_CONSUMED = "committed_never_consumed"
 
 # Why a message reached one group more than once (audit_duplicates.cause).
 RETRY_AFTER_FAILURE = "retry_after_failure"
@@ -51,9 +57,32 @@ DEATH_REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 # Whose finding a row is (every audit table's `system`).
 SYSTEMS = ("rocketmq", "rabbitmq")
 
+# Why a transaction is a finding (audit_transactions.cause).
+NEVER_CHECKED = "never_checked"  # no check-back re-appended it: no producer of its group
+CHECK_UNRESOLVED = "check_unresolved"  # checked, still neither committed nor rolled back
+TRANSACTION_CHECK_MAX = "transaction_check_max"  # checked transactionCheckMax times
+SENT_OUTSIDE_TRANSACTION = "sent_outside_transaction"  # a copy no commit wrote
+NO_COMMITTED_COPY = "no_committed_copy"  # delivered, yet the store holds no copy of it
+END_TRANSACTION_REPEATED = "end_transaction_repeated"  # two commits of one half unit
+COMMIT_OF_RECHECKED_HALF = "commit_of_rechecked_half"  # commits of the half and its re-append
+OFFSET_NOT_REACHED = "offset_not_reached"  # the group's offset stopped before the message
+
 # The kinds the workload's truth.json records (what it injected and can tell from its
 # journals); the audit finds these and more.
-TRUTH_KINDS = (STORED_TWICE, DELIVERED_TWICE, RETRIED_THEN_OK, DEAD_LETTERED, LOST_AFTER_ACK)
+TRUTH_KINDS = (
+    STORED_TWICE,
+    DELIVERED_TWICE,
+    RETRIED_THEN_OK,
+    DEAD_LETTERED,
+    LOST_AFTER_ACK,
+    HALF_STUCK,
+    CHECK_GAVE_UP,
+    ROLLED_BACK_BUT_DELIVERED,
+    COMMITTED_TWICE,
+    COMMITTED_NEVER_CONSUMED,
+)
+# Transaction kinds that name no consumer group (the others are per group).
+TRANSACTION_KINDS_WITHOUT_GROUP = (HALF_STUCK, CHECK_GAVE_UP, COMMITTED_TWICE)
 
 LAG_STATUSES = ("OK", "WARN", "STALLED", "STOPPED")
 
@@ -72,4 +101,18 @@ KINDS: dict[str, tuple[str, ...]] = {
     "resend_candidates": (RESEND_DUE,),
     "manual_handling": (MAX_SEND_COUNT,),
     "consistency": (CQ_WITHOUT_MESSAGE, OFFSET_REGRESSION, QUEUE_OFFSET_GAP),
+    "audit_transactions": (
+        HALF_STUCK,
+        CHECK_GAVE_UP,
+        ROLLED_BACK_BUT_DELIVERED,
+        COMMITTED_TWICE,
+        COMMITTED_NEVER_CONSUMED,
+    ),
 }
+
+# A transaction's state in the `transactions` table.
+TX_COMMITTED = "committed"
+TX_ROLLED_BACK = "rolled_back"
+TX_GAVE_UP = "gave_up"
+TX_PENDING = "pending"
+TX_STATES = (TX_COMMITTED, TX_ROLLED_BACK, TX_GAVE_UP, TX_PENDING)

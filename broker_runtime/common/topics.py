@@ -21,6 +21,8 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # whose offsets say how far the check has come
 TRANS_OP_REMOVE_TAG = "d"
+# The broker's own copies of transactional messages: not what a producer sent to a topic.
+TRANS_SYSTEM_TOPICS = (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
 # The route a client sends a new topic's first messages by; the broker then creates the topic
 # (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, registered while autoCreateTopicEnable is on).
 AUTO_CREATE_TOPIC = "TBW102"

@@ -97,6 +97,10 @@ class MQVersion(IntEnum):
 
 
 CLIENT_VERSION = MQVersion.V4_9_7  # what mqaudit's clients say they are, as Java's 4.9.7
+# What mqaudit's broker says it is in its heartbeat answers: the official client keeps it as
+# the broker's version and refuses to pull with a SQL92 subscription from a broker older than
+# V4_1_0_SNAPSHOT (PullAPIWrapper.pullKernelImpl), as it takes version 0 to be.
+BROKER_VERSION = MQVersion.V4_9_7
 
 
 def code_name(code: int, response: bool) -> str:

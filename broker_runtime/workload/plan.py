@@ -22,6 +22,7 @@ MASTER_CRASH_ASYNC = "master_crash_async"
 MASTER_CRASH_SYNC = "master_crash_sync"
 REBALANCE_LOCK_OFF = "rebalance_lock_off"
 REBALANCE_LOCK_ON = "rebalance_lock_on"
+TRANSACTIONS = "transactions"
 
 SCENARIOS: tuple[str, ...] = (
     CONSUMER_CRASH,
@@ -33,11 +34,25 @@ SCENARIOS: tuple[str, ...] = (
     REBALANCE_LOCK_ON,
     MASTER_CRASH_ASYNC,
     MASTER_CRASH_SYNC,
+    TRANSACTIONS,
 )
 MIN_MESSAGES = 24  # per scenario: enough for every queue to get some and faults to land
 
 DEFAULT_MAX_RECONSUME = 3
 DEFAULT_RETRY_DELAY_LEVEL = 1  # 1 s (the first level), asked for by the listener
+
+# How each transaction of the transactions scenario ends, and how many of each (the rest
+# commit at once). See broker_runtime.workload.scenarios.transactions.
+TX_ROLES: dict[str, int] = {
+    "stuck": 1,  # its producer is gone before END_TRANSACTION; no producer of the group left
+    "gave_up": 1,  # UNKNOW, and the check-back is answered UNKNOW every time
+    "rollback": 2,
+    "check_commit": 2,  # UNKNOW, then the check-back is answered COMMIT
+    "check_rollback": 1,  # UNKNOW, then ROLLBACK
+    "rolled_back_delivered": 1,  # rolled back, then sent again outside the transaction
+    "committed_twice": 1,  # END_TRANSACTION commit sent twice
+    "late": 2,  # committed while the group's consumer is down, which never comes back
+}
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,9 @@ def plan_scenario(name: str, messages: int, seed: int) -> ScenarioPlan:
     elif name in (REBALANCE_LOCK_OFF, REBALANCE_LOCK_ON):
         shared = _rng(seed, "rebalance")
         params = {"second_consumer_at_index": shared.randrange(m // 5, (m * 2) // 5)}
+    elif name == TRANSACTIONS:
+        picks = iter(rng.sample(range(m), sum(TX_ROLES.values())))
+        params = {role: sorted(next(picks) for _ in range(n)) for role, n in TX_ROLES.items()}
     else:
         raise ValueError(f"unknown scenario {name!r}")
     return ScenarioPlan(name, m, params)

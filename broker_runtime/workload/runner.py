@@ -37,6 +37,8 @@ from broker_runtime.workload.scenarios.rebalance import (
     rebalance_lock_on,
 )
 from broker_runtime.workload.scenarios.redelivery import ack_lost, consumer_crash_unacked
+from broker_runtime.workload.scenarios.transactions import BROKER_SETTINGS as TX_SETTINGS
+from broker_runtime.workload.scenarios.transactions import transactions
 from broker_runtime.workload.truth import summary, validate
 
 Runner = Callable[[Ctx], Awaitable[dict[str, Any]]]
@@ -85,6 +87,9 @@ ON_OWN_CLUSTER: dict[str, OwnCluster] = {
     P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, _rebalance(True)),
     P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, _crash("async")),
     P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, _crash("sync")),
+    P.TRANSACTIONS: OwnCluster(
+        transactions, {**_SMALL, "slaves": False, "broker_settings": TX_SETTINGS}
+    ),
 }
 
 

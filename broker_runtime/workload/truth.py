@@ -9,7 +9,10 @@ Kinds and counts: `stored_twice` (group null; count = copies stored), `delivered
 `retried_then_ok` (count = deliveries to the group), `dead_lettered` (count = failed
 consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1). Each has the
 cause the audit gives it: `producer_resend` for `stored_twice`; `max_reconsume_times` (or
-`sent_to_dlq_directly`) for a dead letter; `absent_from_commitlog` for a loss.
+`sent_to_dlq_directly`) for a dead letter; `absent_from_commitlog` for a loss. The
+transaction kinds (`half_stuck`, `check_gave_up`, `committed_twice`: group null;
+`rolled_back_but_delivered`, `committed_never_consumed`: per consumer group) come with the
+causes of pipeline/transforms/transaction_audit.py.
 
 A group's deliveries of one message are explained one by one from the delivery before, by
 the audit's rules (`pipeline/transforms/duplicates.py` states them; `cause_of` is the same
@@ -41,6 +44,7 @@ from broker_runtime.common.findings import (
     RETRY_AFTER_FAILURE,
     SENT_TO_DLQ_DIRECTLY,
     STORED_TWICE,
+    TRANSACTION_KINDS_WITHOUT_GROUP,
     TRUTH_KINDS,
 )
 from broker_runtime.common.topics import is_retry_topic
@@ -221,7 +225,8 @@ def validate(doc: Any) -> None:
                 raise ValueError(f"scenario {name}: a finding without msg_id")
             if not isinstance(f.get("count"), int) or f["count"] < 1:
                 raise ValueError(f"scenario {name}: finding {f['msg_id']} has a bad count")
-            if (f["kind"] == STORED_TWICE or f["kind"] == LOST_AFTER_ACK) != (f["group"] is None):
+            no_group = (STORED_TWICE, LOST_AFTER_ACK, *TRANSACTION_KINDS_WITHOUT_GROUP)
+            if (f["kind"] in no_group) != (f["group"] is None):
                 raise ValueError(f"scenario {name}: {f['kind']} {f['msg_id']}: group mismatch")
         if s["expected"] != expected(s["findings"]):
             raise ValueError(f"scenario {name}: expected counts do not match its findings")

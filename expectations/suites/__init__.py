@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from expectations.suites import audits, ledgers, messages, quarantine, queues
+from expectations.suites import audits, ledgers, messages, quarantine, queues, transactions
 from expectations.suites.common import SuiteSpec, suite_parameters
 
 SPECS: dict[str, SuiteSpec] = {
@@ -14,6 +14,7 @@ SPECS: dict[str, SuiteSpec] = {
         ledgers.STUB_SPEC,
         ledgers.LOG_SPEC,
         quarantine.SPEC,
+        transactions.SPEC,
         *audits.SPECS,
     ]
 }
@@ -25,6 +26,7 @@ INGESTED_TABLES = (
     "message_stub",
     "message_log",
     "quarantine",
+    "transactions",
 )
 AUDIT_TABLES = tuple(t for t in SPECS if t not in INGESTED_TABLES)
 

@@ -33,6 +33,8 @@ CONSISTENCY_KINDS = [
     findings.QUEUE_OFFSET_GAP,
 ]
 
+TRANSACTION_KINDS = list(findings.KINDS["audit_transactions"])
+
 _FINDING_ID = ("kind", "cause", "group", "msg_id", "count")
 
 
@@ -148,6 +150,20 @@ def consistency_suite() -> gx.ExpectationSuite:
     return _finding("consistency", "consistency_kinds", 1, _at_most("max_consistency_rows"))
 
 
+def audit_transactions_suite() -> gx.ExpectationSuite:
+    """Transaction findings name the transaction; each kind bounded (a healthy broker: none)."""
+    bounds = [
+        _at_most(f"max_{kind}", row_condition=Column("kind") == kind) for kind in TRANSACTION_KINDS
+    ]
+    return _finding(
+        "audit_transactions",
+        "transaction_kinds",
+        1,
+        *not_null(["msg_id", "producer_group", "state"]),
+        *bounds,
+    )
+
+
 _DAY_MS = 86_400_000
 SPECS = [
     SuiteSpec(
@@ -215,5 +231,12 @@ SPECS = [
         {"consistency_kinds": CONSISTENCY_KINDS, "max_consistency_rows": 0},
         _FINDING_ID,
         doc={"max_consistency_rows": "at most this many consistency findings"},
+    ),
+    SuiteSpec(
+        "audit_transactions",
+        audit_transactions_suite,
+        {"transaction_kinds": TRANSACTION_KINDS, **{f"max_{k}": 0 for k in TRANSACTION_KINDS}},
+        _FINDING_ID,
+        doc={f"max_{k}": f"at most this many `{k}` rows" for k in TRANSACTION_KINDS},
     ),
 ]

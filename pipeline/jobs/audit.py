@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
@@ -42,18 +42,23 @@ from pipeline.transforms.rabbit import (
     rabbit_losses,
 )
 from pipeline.transforms.resend import manual_handling, resend_candidates
+from pipeline.transforms.transaction_audit import audit_transactions
 
 
 @dataclass(frozen=True)
 class AuditThresholds:
-    """The audit's tunables: lag status thresholds and the resend job's max send count."""
+    """The audit's tunables: lag status thresholds, the resend job's max send count, and how
+    old a pending half message must be to be stuck."""
 
     lag: LagThresholds = field(default_factory=LagThresholds)
     max_send_count: int = DEFAULT_MAX_SEND_COUNT
+    half_stuck_ms: int = HALF_STUCK_AFTER_MS
 
     def __post_init__(self) -> None:
         if self.max_send_count < 1:
             raise ValueError(f"max_send_count must be >= 1, got {self.max_send_count}")
+        if self.half_stuck_ms < 0:
+            raise ValueError(f"half_stuck_ms must be >= 0, got {self.half_stuck_ms}")
 
 
 @dataclass
@@ -69,6 +74,7 @@ class _Inputs:
     ledger_stubs: DataFrame  # all of the ledgers' rows, RabbitMQ's among them
     ledger_log: DataFrame
     rabbit_routes: DataFrame  # the queues each RabbitMQ publish had to reach
+    transactions: DataFrame
 
     def unpersist(self) -> None:
         for df in vars(self).values():
@@ -127,6 +133,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         ledger_stubs=stubs,
         ledger_log=log,
         rabbit_routes=routes.persist(keep),
+        transactions=read("transactions", schemas.TRANSACTIONS),
     )
 
 
@@ -155,6 +162,9 @@ def audit_tables(
         "manual_handling": manual_handling(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
         "consistency": audit_consistency(
             i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
+        ),
+        "audit_transactions": audit_transactions(
+            i.transactions, i.messages, i.log, i.offsets, as_of_ms, thresholds.half_stuck_ms
         ),
     }
 

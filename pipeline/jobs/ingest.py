@@ -1,5 +1,6 @@
 """Ingest a cluster data dir into the lake: messages, consume_queue, consumer_offsets,
-message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>.
+message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>, and
+`transactions`, derived from all of `messages` by each run that read something.
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
 pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
@@ -30,6 +31,7 @@ from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_snapshot, plan_cq
 from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
+from pipeline.transforms.transactions import transactions_table
 
 Key = tuple[str, int, str]
 _SNAPSHOT_KEY = schemas.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
@@ -131,6 +133,7 @@ class _Ingest:
         self._ledgers(ledger_url)
         self._quarantine(plan, summaries)
         if plan.has_work:
+            self._transactions(plan.run)
             self._append_rows(
                 "ingest_checkpoint", ingest_state.rows_for(plan, "done", self.results)
             )
@@ -325,6 +328,14 @@ class _Ingest:
             rows = sorted([*kept.values(), *new.values()], key=_quarantine_key)
             self.io.replace_rows(rows, self.path("quarantine"), schemas.QUARANTINE)
         self.appended["quarantine"] = len(changed)
+
+    def _transactions(self, run: int) -> None:
+        """Rebuild `transactions` whole from all of `messages` (a transaction's units span
+        runs)."""
+        messages = self.io.read(self.path("messages"), schemas.MESSAGES)
+        table = TABLES["transactions"]
+        rows = transactions_table(messages, run)
+        self.appended["transactions"] = self.io.overwrite(rows, self.path(table.name), table.schema)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.reports import plots
+from pipeline.reports import plots, transactions_section
 from pipeline.reports.render import write_html
 from pipeline.reports.summary import summarize, worst
 from pipeline.reports.tables import Tables, load_tables
@@ -24,6 +24,7 @@ PLOTS = {
     "duplicates": "duplicates_by_cause.png",
     "dead_letters": "dead_letters_by_group_age.png",
     "losses": "losses_by_cause.png",
+    "transactions": "transactions_by_cause.png",
 }
 
 
@@ -53,6 +54,9 @@ def render_report(
         "losses": plots.losses_by_cause(tables["audit_losses"], out / PLOTS["losses"]),
     }
     summary = summarize(tables)
+    tx = transactions_section.section(tables, out / PLOTS["transactions"])
+    summary["transactions"] = tx["kinds"]
+    summary["problems"] = [*summary["problems"], *tx["problems"]]
     docs, docs_note = _docs_link(out, docs_dir)
     html = write_html(
         "audit.html.j2",
@@ -63,11 +67,12 @@ def render_report(
         plots={k: p.name for k, p in written.items()},
         docs=docs,
         docs_note=docs_note,
+        tx=tx,
         generated=int(time.time() * 1000),
     )
     return {
         "html": str(html),
-        "plots": [str(p) for p in written.values()],
+        "plots": [str(p) for p in written.values()] + [str(out / tx["plot"])],
         "data_docs": docs,
         "summary": summary,
     }

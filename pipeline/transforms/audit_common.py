@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from broker_runtime.common.topics import RETRY_PREFIX
+from broker_runtime.common.topics import RETRY_PREFIX, TRANS_SYSTEM_TOPICS
 from broker_runtime.ledger.schema import Outcome
 
 Transform = Callable[[DataFrame], DataFrame]
@@ -87,7 +87,9 @@ def stored_copies(messages: DataFrame) -> DataFrame:
     Retry, dead-letter and schedule copies carry the same UNIQ_KEY by design (the broker
     stores them on send-back or delay) and are left out: they are not resends. So is a copy
     that names another stored message as its origin (ORIGIN_MESSAGE_ID, which only the
-    send-back sets): a dead letter replayed into its original topic.
+    send-back sets): a dead letter replayed into its original topic. And so are the
+    transaction units of the broker's own topics (a half message and its check-back
+    re-appends): the committed unit in the real topic is the message's copy.
     """
     first_hand = messages.filter(
         ~F.col("is_retry")
@@ -97,6 +99,7 @@ def stored_copies(messages: DataFrame) -> DataFrame:
         & F.col("queue_offset").isNotNull()
         # origin_msg_id is ORIGIN_MESSAGE_ID where set, else UNIQ_KEY
         & (F.col("origin_msg_id") == F.col("uniq_key"))
+        & ~F.col("topic").isin(*TRANS_SYSTEM_TOPICS)
     )
     return first_hand.groupBy(*COPY, "topic", "queue_id", "queue_offset").agg(
         F.min("store_ts").alias("store_ts"),

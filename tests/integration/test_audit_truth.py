@@ -53,7 +53,7 @@ from tests.integration.test_workload import run_workload
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2, 3)
-MESSAGES = 243  # 27 per scenario (the workload's least is 24)
+MESSAGES = 270  # 27 per scenario (the workload's least is 24)
 COLUMNS, DUPLICATE_EFFECT, FAULT_TABLES = C.COLUMNS, C.DUPLICATE_EFFECT, C.FAULT_TABLES
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
 

@@ -65,6 +65,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
         "rebalance_lock_on",
         "master_crash_async",
         "master_crash_sync",
+        "transactions",
     }
     assert elsewhere == set(summary["audited"]["other_clusters"])  # fmt: skip
     group = summary["replays"]["group"]

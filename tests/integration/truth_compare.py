@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.common.message import UNIQ_KEY
-from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of, is_dlq_topic, is_retry_topic
+from broker_runtime.common.topics import (
+    SCHEDULE_TOPIC,
+    TRANS_SYSTEM_TOPICS,
+    group_of,
+    is_dlq_topic,
+    is_retry_topic,
+)
 from broker_runtime.workload import truth as T
 from broker_runtime.workload.journal import Delivery
 from tests.integration.test_workload import messages
@@ -53,7 +59,13 @@ def without_cause(keys: Iterable[Key]) -> set[tuple[str, str, str, str | None]]:
 
 
 # The audit tables that hold the workload's fault findings, and the columns a finding is named by.
-FAULT_TABLES = ("audit_duplicates", "audit_losses", "audit_dead_letters", "consistency")
+FAULT_TABLES = (
+    "audit_duplicates",
+    "audit_losses",
+    "audit_dead_letters",
+    "consistency",
+    "audit_transactions",
+)
 COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
 DUPLICATE_EFFECT = "duplicate_effect"  # a consequence of delivered_twice, not a fault of its own
 # Scenarios where two consumers take from one queue at about the same time: which of the
@@ -166,7 +178,10 @@ def raw_counts(data_dir: Path) -> RawCounts:
                 continue
             if is_dlq_topic(m.topic):
                 dlq.add((str(group_of(m.topic)), key))
-            elif not is_retry_topic(m.topic) and m.topic != SCHEDULE_TOPIC:
+            elif not is_retry_topic(m.topic) and m.topic not in (
+                SCHEDULE_TOPIC,
+                *TRANS_SYSTEM_TOPICS,
+            ):
                 first_hand[(m.topic, key)] += 1
     return RawCounts(
         delivered_more_than_once={(g, m) for g, m, n, _ in per_msg if n > 1},

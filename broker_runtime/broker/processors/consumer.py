@@ -22,7 +22,7 @@ from broker_runtime.remoting.headers import (
     TopicHeader,
     UnregisterClientRequestHeader,
 )
-from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.remoting.protocol import BROKER_VERSION, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from broker_runtime.broker.controller import BrokerController
@@ -94,7 +94,9 @@ class ConsumerProcessor:
             # A new retry topic reaches the name servers before the client hears back, as
             # RocketMQ registers it inline: the official client asks for its route right after.
             await register_all(ctl)
-        return response_to(cmd, R.SUCCESS)
+        resp = response_to(cmd, R.SUCCESS)
+        resp.version = BROKER_VERSION
+        return resp
 
     async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = UnregisterClientRequestHeader.decode(cmd)

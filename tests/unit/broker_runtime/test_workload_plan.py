@@ -24,14 +24,16 @@ def test_another_seed_moves_the_faults() -> None:
 
 def test_a_scenario_plans_alike_alone_or_with_the_others() -> None:
     alone = P.plan_run(5, 300, P.CONSUMER_FAILURES)[0]
-    together = {p.name: p for p in P.plan_run(5, 300 * 9, "all")}[P.CONSUMER_FAILURES]
+    together = {p.name: p for p in P.plan_run(5, 300 * len(P.SCENARIOS), "all")}[
+        P.CONSUMER_FAILURES
+    ]
     assert alone == together
 
 
 def test_messages_are_split_evenly_remainder_first() -> None:
     plans = P.plan_run(0, 2003, "all")
     assert [p.name for p in plans] == list(P.SCENARIOS)
-    assert [p.messages for p in plans] == [223] * 5 + [222] * 4
+    assert [p.messages for p in plans] == [201] * 3 + [200] * 7
     assert sum(p.messages for p in plans) == 2003
 
 
@@ -86,3 +88,12 @@ def test_the_cli_refuses_what_it_cannot_run(tmp_path: Path, args: list[str], mes
     out = subprocess.run(mqaudit_cmd(*argv, *args), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert not (tmp_path / "none").exists() and not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("m", [P.MIN_MESSAGES, 200])
+def test_each_transaction_has_one_role_inside_the_scenario(m: int) -> None:
+    params = P.plan_scenario(P.TRANSACTIONS, m, 4).params
+    assert {role: len(idx) for role, idx in params.items()} == P.TX_ROLES
+    chosen = [i for idx in params.values() for i in idx]
+    assert len(set(chosen)) == len(chosen) and all(0 <= i < m for i in chosen)
+    assert params != P.plan_scenario(P.TRANSACTIONS, m, 5).params  # the seed decides

@@ -159,7 +159,8 @@ def test_a_truth_document_validates_and_summarises() -> None:
     entry = doc["scenarios"]["rebalance_lock_off"]
     assert entry["expected"] == {
         "stored_twice": 1, "delivered_twice": 1, "retried_then_ok": 0, "dead_lettered": 0,
-        "lost_after_ack": 1,
+        "lost_after_ack": 1, "half_stuck": 0, "check_gave_up": 0,
+        "rolled_back_but_delivered": 0, "committed_twice": 0, "committed_never_consumed": 0,
     }  # fmt: skip
     assert [f["kind"] for f in entry["findings"]] == ["delivered_twice", "lost_after_ack",
                                                       "stored_twice"]  # fmt: skip
@@ -186,6 +187,31 @@ def test_a_broken_truth_document_is_refused(break_it: Any, message: str) -> None
     break_it(doc["scenarios"]["rebalance_lock_off"])
     with pytest.raises(ValueError, match=message):
         T.validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("kind", "group", "ok"),
+    [
+        ("half_stuck", None, True),
+        ("half_stuck", "g", False),  # a half message is no consumer group's
+        ("committed_twice", None, True),
+        ("committed_never_consumed", "g", True),
+        ("committed_never_consumed", None, False),  # never consumed by whom?
+        ("rolled_back_but_delivered", "g", True),
+    ],
+)
+def test_transaction_findings_name_a_group_only_where_one_consumed(
+    kind: str, group: str | None, ok: bool
+) -> None:
+    doc = copy.deepcopy(_doc())
+    entry = doc["scenarios"]["rebalance_lock_off"]
+    entry["findings"].append(T.finding(kind, "TX1", group, 1, TOPIC, "c"))
+    entry["expected"] = T.expected(entry["findings"])
+    if ok:
+        T.validate(doc)
+    else:
+        with pytest.raises(ValueError, match="group mismatch"):
+            T.validate(doc)
 
 
 def test_the_journal_is_read_as_it_grows_partial_lines_wait(tmp_path: Path) -> None:

@@ -210,6 +210,15 @@ def rabbit_dead_letter(msg_id: str) -> Rows:
     return finding("dead_lettered", msg_id, "shipping", 1, cause="rejected", **row)
 
 
+def transaction(state: str = "committed", **over: Any) -> Rows:
+    """One row of `transactions`: committed 20 ms after its half message, by default."""
+    row = {"broker": "broker-a", "producer_group": "pg", "uniq_key": "TX1", "topic": "TopicA"}
+    row |= {"queue_id": 0, "half_queue_offset": 0, "half_phys_offset": 0, "half_units": 1}
+    row |= {"checks": 0, "half_ts": T0, "last_half_ts": T0, "ops": 1, "op_ts": T0 + 20}
+    row |= {"commits": 1, "commit_offsets": 1, "commit_ts": T0 + 20, "state": state}
+    return [row | over]
+
+
 def good_audits() -> dict[str, Rows]:
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
@@ -227,6 +236,7 @@ def good_audits() -> dict[str, Rows]:
         ),
         "manual_handling": [],
         "consistency": [],
+        "audit_transactions": [],
     }
 
 
@@ -246,6 +256,15 @@ def bad_audits() -> dict[str, Rows]:
         "resend_candidates": good["resend_candidates"] * 2,
         "manual_handling": finding("max_send_count", "M9", None, 1, cause="send_count 16"),
         "consistency": finding("offset_regression", None, "g1", 1, cause="offset 9 -> 4"),
+        "audit_transactions": finding(
+            "committed_twice",
+            "TX1",
+            None,
+            2,
+            cause="end_transaction_repeated",
+            producer_group="pg",
+            state="committed",
+        ),
     }
 
 
@@ -258,6 +277,9 @@ def lake(spark: SparkSession, bad: bool) -> dict[str, DataFrame]:
         "message_stub": bad_stubs() if bad else good_stubs(),
         "message_log": bad_log() if bad else good_log(),
         "quarantine": [damage(0, True)] if bad else [damage(4096, False)],
+        "transactions": transaction("half_done", half_units=0, commit_ts=T0 - 1)
+        if bad
+        else transaction(),
     }
     tables = {t: frame(spark, TABLES[t], rows) for t, rows in ingested.items()}
     audits = bad_audits() if bad else good_audits()
@@ -329,4 +351,10 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     "resend_candidates": {(_UNIQUE, ("msg_id",))},
     "manual_handling": {(_ROWS, ())},
     "consistency": {(_ROWS, ())},
+    "transactions": {
+        (_IN_SET, ("state",)),
+        (_BETWEEN, ("half_units",)),
+        (_PAIR, ("commit_ts", "half_ts")),
+    },
+    "audit_transactions": {(_ROWS, ())},
 }

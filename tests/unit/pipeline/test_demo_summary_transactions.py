@@ -1,0 +1,50 @@
+"""The demo's summary counts the transaction findings of the workload's transactions cluster
+against truth.json, kind by kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from broker_runtime.common import findings as K
+from pipeline.demo_summary import build_summary, format_summary
+from tests.unit.pipeline.test_demo_summary import _finding, _site
+
+
+def test_transaction_findings_are_counted_against_the_truth(tmp_path: Path) -> None:
+    reports, truth, clusters = _site(tmp_path)
+    doc = json.loads(truth.read_text())
+    doc["scenarios"]["transactions"] = {
+        "data_dir": str(tmp_path / "cluster" / "scenarios" / "transactions"),
+        "findings": [
+            _finding(K.HALF_STUCK, "h", None),
+            _finding(K.COMMITTED_TWICE, "t", None),
+            _finding(K.COMMITTED_NEVER_CONSUMED, "n1"),
+            _finding(K.COMMITTED_NEVER_CONSUMED, "n2"),
+        ],
+    }
+    truth.write_text(json.dumps(doc))
+    clusters["transactions"] = {
+        "lake": str(tmp_path / "cluster-lakes" / "transactions"),
+        "messages": 40,
+        "kinds": {
+            "audit_transactions": {
+                K.HALF_STUCK: {K.NEVER_CHECKED: 1},
+                K.COMMITTED_TWICE: {K.END_TRANSACTION_REPEATED: 1},
+                K.COMMITTED_NEVER_CONSUMED: {K.OFFSET_NOT_REACHED: 1},
+            }
+        },
+    }
+    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    check = s["truth_check"]
+    assert check[K.HALF_STUCK] == {"truth": 1, "found": 1, "match": True}
+    assert check[K.COMMITTED_TWICE] == {"truth": 1, "found": 1, "match": True}
+    assert check[K.COMMITTED_NEVER_CONSUMED] == {"truth": 2, "found": 1, "match": False}
+    assert s["transactions"] == {
+        K.COMMITTED_NEVER_CONSUMED: 1,
+        K.COMMITTED_TWICE: 1,
+        K.HALF_STUCK: 1,
+    }
+    text = format_summary(s)
+    assert "committed_never_consumed 1/2 MISMATCH" in text
+    assert "transactions:   committed_never_consumed 1, committed_twice 1, half_stuck 1" in text
