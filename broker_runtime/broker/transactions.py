@@ -257,8 +257,8 @@ class TransactionService:
                     log.warning(
                         "transaction %s given up after %d checks", half.uniq_key, check_times(half)
                     )
-                elif not await self._check_back(half, report):
-                    stop = True  # keep it where it is: a producer may come back
+                else:
+                    await self._check_back(half, report)
                 if stop:
                     break
                 offset = half.queue_offset + 1
@@ -275,19 +275,23 @@ class TransactionService:
         ctl.offsets.commit(TRANS_OP_HALF_TOPIC, TRANS_CHECK_GROUP, 0, op_at)
         return report
 
-    async def _check_back(self, half: StoredMessage, report: CheckReport) -> bool:
-        """Append the half again with one more check, and ask its producer; False when no
-        producer of its group is connected (nothing is appended then)."""
+    async def _check_back(self, half: StoredMessage, report: CheckReport) -> None:
+        """Append the half again with one more check, and ask its producer. As RocketMQ's
+        resolveHalfMsg, a check with no producer of the group connected still counts (logged
+        "channel is null" there): an abandoned group cannot hold up the halves behind it."""
         group = half.properties.get(PRODUCER_GROUP, "")
+        [renewed] = await self._store([rechecked_half(half, check_times(half) + 1)])
         conn = self._producer(group)
         if conn is None:
             report.no_producer += 1
-            return False
-        [renewed] = await self._store([rechecked_half(half, check_times(half) + 1)])
+            log.warning(
+                "transaction %s not checked: no producer of %s connected", half.uniq_key, group
+            )
+            return
         store = self.ctl.require_store()
         stored = store.message_at(renewed.phys_offset)
         if stored is None:
-            return True
+            return
         h = CheckTransactionStateRequestHeader(
             tran_state_table_offset=stored.queue_offset,
             commit_log_offset=stored.phys_offset,
@@ -302,7 +306,6 @@ class TransactionService:
             report.checked += 1
         except RemotingError as e:
             log.info("check-back of %s to %s failed: %s", stored.uniq_key, conn.peer, e)
-        return True
 
     def _as_real(self, half: StoredMessage) -> bytes:
         """The half message's unit, with its real topic and queue back (as RocketMQ sends it)."""

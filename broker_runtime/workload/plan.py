@@ -44,7 +44,7 @@ DEFAULT_RETRY_DELAY_LEVEL = 1  # 1 s (the first level), asked for by the listene
 # How each transaction of the transactions scenario ends, and how many of each (the rest
 # commit at once). See broker_runtime.workload.scenarios.transactions.
 TX_ROLES: dict[str, int] = {
-    "stuck": 1,  # its producer is gone before END_TRANSACTION; no producer of the group left
+    "abandoned": 1,  # its producer is gone before END_TRANSACTION; no producer of the group left
     "gave_up": 1,  # UNKNOW, and the check-back is answered UNKNOW every time
     "rollback": 2,
     "check_commit": 2,  # UNKNOW, then the check-back is answered COMMIT

@@ -95,7 +95,9 @@ def test_every_transaction_fault_is_found_with_its_cause_and_nothing_else(
     print(C.table(f"transactions, seeds {SEEDS}", C.precision_recall(truth, found)))
     assert found == truth
     kinds = {k[1] for k in truth}
-    assert set(K.KINDS["audit_transactions"]) <= kinds  # every transaction kind was injected
+    # Every transaction kind was injected but half_stuck, which the scenario's fast check-back
+    # never leaves a half message in (tests/unit/pipeline/test_audit_transactions.py has it).
+    assert set(K.KINDS["audit_transactions"]) - {K.HALF_STUCK} <= kinds
 
 
 @pytest.mark.timeout(1800)
@@ -112,8 +114,7 @@ def test_the_transactions_table_holds_every_transaction_in_its_state(
         ended = len(roles["rollback"]) + len(roles["check_rollback"])
         ended += len(roles["rolled_back_delivered"])
         assert states == {
-            K.TX_PENDING: len(roles["stuck"]),
-            K.TX_GAVE_UP: len(roles["gave_up"]),
+            K.TX_GAVE_UP: len(roles["gave_up"]) + len(roles["abandoned"]),
             K.TX_ROLLED_BACK: ended,
             K.TX_COMMITTED: s["messages"] - sum(len(v) for v in roles.values())
             + len(roles["check_commit"]) + len(roles["committed_twice"]) + len(roles["late"]),
