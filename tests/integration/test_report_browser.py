@@ -4,10 +4,16 @@ A small real lake (test_audit_pipeline's store and ledgers, ingested and audited
 audit report and DLQ report from `mqaudit pipeline report` / `dlq-report`; each page must
 load with no console error, exception or failed load, every plot must decode to a non-empty
 image, and the screenshot must show the plots (their areas are not blank).
+
+The Great Expectations Data Docs of the same lake (`mqaudit pipeline validate`) are loaded
+in a Chromium that resolves no host name, as on a host without internet: the index must
+list every validation and each page must render its tables from the scripts served from
+the docs folder.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +22,7 @@ from PIL import Image, ImageStat
 from pyspark.sql import SparkSession
 
 from broker_runtime.cli.main import main
+from expectations.offline_docs import CDN_FILES, missing_assets
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.spark_session import build_spark
@@ -45,9 +52,16 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     lake = root / "lake"
     run_ingest(build_data_dir(root), lake, spark, progress=False)
     run_audit(lake, spark, progress=False)
-    assert main(["pipeline", "report", "--lake", str(lake), "--out", str(root / "audit")]) == 0
+    docs = root / "docs"
+    assert main(["pipeline", "validate", "--lake", str(lake), "--docs", str(docs), "--quiet"]) == 0
+    report = ["pipeline", "report", "--lake", str(lake), "--out", str(root / "audit")]
+    assert main([*report, "--docs", str(docs)]) == 0
     assert main(["pipeline", "dlq-report", "--lake", str(lake), "--out", str(root / "dlq")]) == 0
-    return {"audit": root / "audit" / "audit_report.html", "dlq": root / "dlq" / "dlq_report.html"}
+    return {
+        "audit": root / "audit" / "audit_report.html",
+        "dlq": root / "dlq" / "dlq_report.html",
+        "docs": docs,
+    }
 
 
 def _variance(image: Image.Image) -> float:
@@ -105,3 +119,74 @@ def test_the_browser_check_sees_errors_and_missing_plots(browser: Browser, tmp_p
     assert any("missing.png" in f for f in page.failed_requests), page.failed_requests
     (plot,) = page.plots
     assert plot["natural_w"] == 0
+
+
+# -- Data Docs, offline ---------------------------------------------------------------------
+
+# The index's validation rows as bootstrap-table drew them, and all of its data.
+_INDEX_ROWS = """JSON.stringify((() => {
+  const t = document.querySelector('.ge-index-page-validation-results-table');
+  const shown = t ? [...t.querySelectorAll('tbody tr[data-href]')]
+    .map(r => r.getAttribute('data-href')) : [];
+  const all = (t && window.jQuery && jQuery(t).data('bootstrap.table'))
+    ? jQuery(t).bootstrapTable('getData').map(r => r._table_row_link_path) : [];
+  return {shown, all};
+})())"""
+# Per table of a page, its body rows; how many tables bootstrap-table drew; vega loaded.
+_PAGE_TABLES = """JSON.stringify({
+  rows: [...document.querySelectorAll('table')].map(t => t.querySelectorAll('tbody tr').length),
+  drawn: document.querySelectorAll('.bootstrap-table').length,
+  vega: typeof vegaEmbed,
+})"""
+
+
+@pytest.fixture(scope="module")
+def offline_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    chromium_binary()
+    missing = missing_assets()
+    if missing:
+        message = f"the Data Docs assets are not installed (make docs-assets): {missing[:3]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with chromium(tmp_path_factory.mktemp("chromium-offline"), offline=True) as b:
+        yield b
+
+
+def test_data_docs_read_offline(
+    offline_browser: Browser, reports: dict[str, Path], tmp_path: Path
+) -> None:
+    docs = reports["docs"]
+    validations = sorted(p.relative_to(docs).as_posix() for p in docs.glob("validations/**/*.html"))
+    assert len(validations) >= 6, validations  # one per ingested table at least
+    index = offline_browser.load(docs / "index.html", tmp_path / "index.png", probe=_INDEX_ROWS)
+    assert index.problems == [], index.problems
+    assert sorted(index.probed["all"]) == validations
+    assert sorted(index.probed["shown"]) == validations  # drawn as rows, not only loaded
+    pages = [docs / v for v in validations] + sorted(docs.glob("expectations/*.html"))
+    for page in pages:
+        shot = tmp_path / f"{page.stem}.png"
+        load = offline_browser.load(page, shot, probe=_PAGE_TABLES)
+        assert load.problems == [], (page, load.problems)
+        found = load.probed
+        assert found["vega"] == "function", (page, found)
+        assert found["drawn"] > 0 and sum(found["rows"]) > 0, (page, found)
+        with Image.open(shot) as image:
+            assert _variance(image) > MIN_PAGE_VARIANCE, page
+
+
+def test_data_docs_with_cdn_links_show_nothing_offline(
+    offline_browser: Browser, reports: dict[str, Path], tmp_path: Path
+) -> None:
+    """The check above can fail: the same index with its CDN links back lists no rows."""
+    index = (reports["docs"] / "index.html").read_text(encoding="utf-8")
+    for url, (package, name) in CDN_FILES.items():
+        index = index.replace(f"static/vendor/{package}/{name}", url)
+    cdn = reports["docs"] / "index-cdn.html"
+    cdn.write_text(index, encoding="utf-8")
+    try:
+        page = offline_browser.load(cdn, tmp_path / "cdn.png", probe=_INDEX_ROWS)
+    finally:
+        cdn.unlink()
+    assert any("code.jquery.com" in f for f in page.failed_requests), page.failed_requests
+    assert page.probed == {"shown": [], "all": []}
