@@ -79,7 +79,10 @@ CDN_FILES: dict[str, tuple[str, str]] = {
         "dist/css/bootstrap-datepicker.min.css",
     ),
     "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/"
-    "bootstrap-prefers-dark.css": ("@forevolve/bootstrap-dark", "dist/css/bootstrap-prefers-dark.css"),
+    "bootstrap-prefers-dark.css": (
+        "@forevolve/bootstrap-dark",
+        "dist/css/bootstrap-prefers-dark.css",
+    ),
 }
 # Whole folders some files load by relative URL (font-awesome's css: ../webfonts/...).
 CDN_DIRS: list[tuple[str, str]] = [("@fortawesome/fontawesome-free", "webfonts")]
