@@ -52,3 +52,21 @@ KINDS: dict[str, tuple[str, ...]] = {
     "manual_handling": (MAX_SEND_COUNT,),
     "consistency": (CQ_WITHOUT_MESSAGE, OFFSET_REGRESSION, QUEUE_OFFSET_GAP),
 }
+
+# What one counted finding of each kind is, as the reports and the demo's summary say it.
+COUNTS: dict[str, str] = {
+    STORED_TWICE: "messages with two or more stored copies (one UNIQ_KEY, several positions)",
+    DELIVERED_TWICE: "(message, group) pairs: a group got the message again, not as a retry",
+    DUPLICATE_EFFECT: "(message, group) pairs: the group consumed the message successfully "
+    "twice or more (the work was done twice)",
+    RETRIED_THEN_OK: "(message, group) pairs: failed, retried as designed, then consumed",
+    LOST_AFTER_ACK: "messages the broker acknowledged to the producer that no commitlog holds",
+    NEVER_DELIVERED: "(message, group) pairs: the group's offset passed the message, "
+    "which it never received",
+    EXPIRED_BEFORE_CONSUMED: "(message, group) pairs: the message's file was deleted "
+    "before the group received it",
+    DEAD_LETTERED: "(message, group) pairs in the group's %DLQ% topic",
+    RESEND_DUE: "producer stubs due for a resend (sent, never confirmed)",
+    MAX_SEND_COUNT: "producer stubs at the max send count: a person decides",
+    LAG: "(group, queue) pairs at their latest snapshot",
+}
