@@ -31,7 +31,15 @@ from tests.dags.conftest import AIRFLOW_WARNINGS
 from tests.dags.traffic import make_dead_letters, replays_on_broker, send_messages
 from tests.integration.cluster_fixtures import Cluster, running_cluster
 
-pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.slow, *AIRFLOW_WARNINGS]
+# About 4 minutes on an idle 2-core machine (Airflow's four services start, each task starts
+# its own Spark); up to 3 times that at a load of 20.
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(1200),
+    *AIRFLOW_WARNINGS,
+]
 GROUP, TOPIC = "pay-consumer", "orders"
 RUN_TIMEOUT_S = 420.0
 

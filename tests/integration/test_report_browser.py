@@ -32,7 +32,8 @@ from pipeline.spark_session import build_spark
 from tests.browser import Browser, PageLoad, chromium, chromium_binary
 from tests.integration.audit_data import build_data_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# The lake's ingest, gates, audit and report: about 2 minutes idle, 6 at a load of 20.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 # Grey-level variance of a rendered area: 0 for a blank one. These reports' plots give
 # about 900 (a few points on axes) to 6,000 (filled bars), their whole pages over 3,000.
