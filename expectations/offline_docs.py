@@ -98,7 +98,7 @@ _SRI = re.compile(r"""\s+(?:integrity|crossorigin)=(["'])[^"']*\1""")
 # assets bucket; the docs' own static/images has the logo.
 _LOGO = re.compile(
     r"https://great-expectations-web-assets\.s3\.us-east-2\.amazonaws\.com/"
-    r"(?:logo-long|full_logo_dark)\.png(?:\?d=[\w.]*)?"
+    r"(?:logo-long|full_logo_dark)\.png(?:\?[^\"'()\s]*)?"  # ?d=...&dataContextId=...
 )
 
 
