@@ -174,6 +174,7 @@ def test_the_scheduler_runs_an_audit_interval_and_a_triggered_replay(
     assert (reports / "data-docs" / "index.html").is_file()
 
     conf = {"group": GROUP, "from_time": 0, "dry_run": False, "messages_per_second": 100}
+    airflow.cli("dags", "unpause", "mq_dlq_replay")  # a paused DAG's triggered runs wait
     airflow.cli("dags", "trigger", "mq_dlq_replay", "--conf", json.dumps(conf))
     run_id, state = airflow.wait_for(
         "the triggered mq_dlq_replay run", lambda: airflow.finished_run("mq_dlq_replay", "manual")
