@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= demo-out
 
-.PHONY: venv system-deps toxiproxy interop-build interop demo test check bench lock clean
+.PHONY: venv system-deps toxiproxy docs-assets interop-build interop demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -18,18 +18,22 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 venv: $(STAMP)
 
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
-# reports rendered in headless Chromium, RabbitMQ audited like our own brokers). Needs root
-# and apt; elsewhere install them by hand, or the tests that need them skip (they fail
-# instead when CI=true).
-SYSTEM_PACKAGES := postgresql redis-server chromium maven rabbitmq-server
+# reports rendered in headless Chromium, RabbitMQ audited like our own brokers, npm for the
+# Data Docs' offline assets). Needs root and apt; elsewhere install them by hand, or the tests
+# that need them skip (they fail instead when CI=true).
+# Each is installed only where its program is missing: installing Debian's npm beside a
+# NodeSource nodejs (which ships npm) is refused by apt.
 system-deps:
-	@if command -v redis-server >/dev/null && command -v chromium >/dev/null \
-	    && command -v mvn >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
-	    && test -x /usr/lib/rabbitmq/bin/rabbitmq-server; then \
-	  echo "system packages present"; \
-	else \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
-	fi
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || missing="$$missing rabbitmq-server"; \
+	if [ -z "$$missing" ]; then echo "system packages present"; \
+	else echo "installing:$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 	@$(MAKE) --no-print-directory toxiproxy
 
 # Toxiproxy, the fault-injecting proxy of the replication tests (tests/fault_proxy.py): not in
@@ -44,7 +48,23 @@ toxiproxy:
 	  mkdir -p $(VENV)/bin && mv $$tmp/server $(TOXIPROXY) && rm -rf $$tmp; \
 	else echo "no go: toxiproxy not built (the replication fault tests will skip)"; fi
 
-demo: $(STAMP)
+# Great Expectations' Data Docs load bootstrap, jQuery, bootstrap-table, vega and font-awesome
+# from CDNs; the gates copy these pinned npm packages (expectations/docs_assets/package*.json)
+# next to the pages instead, so that the docs read offline. Needs npm once (Node 20); npm's
+# own cache in ~/.npm serves later installs offline. Without npm the pages keep their CDN links.
+DOCS_ASSETS := $(VENV)/share/mqaudit-docs-assets
+DOCS_ASSETS_STAMP := $(DOCS_ASSETS)/node_modules/.mqaudit-installed
+$(DOCS_ASSETS_STAMP): expectations/docs_assets/package.json expectations/docs_assets/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  mkdir -p $(DOCS_ASSETS) && cp expectations/docs_assets/package.json \
+	    expectations/docs_assets/package-lock.json $(DOCS_ASSETS)/ && \
+	  cd $(DOCS_ASSETS) && npm ci --prefer-offline --ignore-scripts --no-audit --no-fund \
+	    --legacy-peer-deps --loglevel=error && touch $(CURDIR)/$(DOCS_ASSETS_STAMP); \
+	else echo "npm missing: Data Docs will load their scripts from CDNs (make system-deps installs it)"; fi
+
+docs-assets: $(DOCS_ASSETS_STAMP)
+
+demo: $(STAMP) docs-assets
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
 
 # Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
@@ -53,7 +73,7 @@ demo: $(STAMP)
 # first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
 # runs everything in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP) interop-build
+test: $(STAMP) interop-build docs-assets
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Apache RocketMQ for the interop tests (tests/interop/pom.xml): the first build downloads it

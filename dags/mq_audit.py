@@ -1,5 +1,8 @@
 """mq_audit (Airflow DAG, hourly): ingest -> validate -> audit -> report, per data interval.
 
+The interval is an hour unless the Variable mqaudit_audit_every_minutes (read when the file
+is parsed) sets a shorter one that divides the hour.
+
 - ingest: broker files and ledgers into the lake's Delta tables (incremental, idempotent);
 - validate: Great Expectations gates on the ingested tables; a failed gate fails the run
   with the expectation and sample rows in the message (no retry: the data must be fixed);
@@ -22,6 +25,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 
 from dags.settings import (
     START,
+    audit_every_minutes,
     interval_key,
     load_settings,
     spark_session,
@@ -34,6 +38,7 @@ from dags.settings import (
 from pipeline.steps import AUDIT_STEPS, REPORT, STEPS
 
 DAG_ID = "mq_audit"
+EVERY = audit_every_minutes()
 
 
 @task
@@ -65,7 +70,11 @@ def _no_retry(gate: bool) -> dict[str, Any]:
 
 @dag(
     dag_id=DAG_ID,
-    schedule=CronTriggerTimetable("0 * * * *", timezone="UTC", interval=timedelta(hours=1)),
+    schedule=CronTriggerTimetable(
+        "0 * * * *" if EVERY == 60 else f"*/{EVERY} * * * *",
+        timezone="UTC",
+        interval=timedelta(minutes=EVERY),
+    ),
     start_date=START,
     catchup=False,
     max_active_runs=1,  # runs share the lake's ingest checkpoint

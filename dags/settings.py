@@ -16,6 +16,7 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
 | mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
+| mqaudit_audit_every_minutes | 60            | mq_audit's interval: divides 60 (parse time)|
 
 `mqaudit_spark_submit` is read when the DAG files are parsed (it changes the tasks); the
 submitted jobs use the Connection `mqaudit_spark` (a spark:// master, see the provider).
@@ -45,6 +46,7 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
     "mqaudit_max_send_count": "16",
+    "mqaudit_audit_every_minutes": "60",
 }
 
 
@@ -58,13 +60,27 @@ def variable(name: str) -> str:
 
 def spark_submit_enabled() -> bool:
     """Parse time: whether Spark steps are submitted (env first: no metadata DB needed)."""
-    raw = os.environ.get("AIRFLOW_VAR_" + "mqaudit_spark_submit".upper())
+    raw = _parse_time_setting("mqaudit_spark_submit")
+    return raw.lower() in ("1", "true", "yes", "on")
+
+
+def _parse_time_setting(name: str) -> str:
+    """A Variable read when the DAG files are parsed: env first (no metadata DB needed)."""
+    raw = os.environ.get("AIRFLOW_VAR_" + name.upper())
     if raw is None:
         try:
-            raw = variable("mqaudit_spark_submit")
+            raw = variable(name)
         except Exception:  # no Variable backend while parsing (a bare DagBag): the default
-            raw = DEFAULTS["mqaudit_spark_submit"]
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+            raw = DEFAULTS[name]
+    return raw.strip()
+
+
+def audit_every_minutes() -> int:
+    """Parse time: mq_audit's interval in minutes, a divisor of 60 (60: hourly)."""
+    raw = _parse_time_setting("mqaudit_audit_every_minutes")
+    if not raw.isdigit() or int(raw) == 0 or 60 % int(raw) != 0:
+        raise ValueError(f"mqaudit_audit_every_minutes must divide 60, got {raw!r}")
+    return int(raw)
 
 
 def _broker_connection() -> Any | None:

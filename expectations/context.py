@@ -172,5 +172,12 @@ class GateContext:
 
 @functools.cache
 def shared_context(docs_dir: Path | None) -> GateContext:
-    """One in-memory context per process and docs folder, so that gates share it."""
-    return GateContext(docs_dir)
+    """One context per process and docs folder, so that gates share it.
+
+    With Data Docs, a file context in the docs folder (GX makes DOCS/gx) keeps every run's
+    results, so that the index lists the validations of every step and run (the steps of a
+    DAG run are processes of their own); without, an in-memory one.
+    """
+    if docs_dir is None:
+        return GateContext(None)
+    return GateContext(docs_dir, project_dir=docs_dir)

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame
 
 from broker_runtime.common.progress import reporter
 from expectations.context import GateContext, shared_context
+from expectations.offline_docs import localize
 from expectations.results import GateResult, summarize
 from expectations.suites import SPECS
 from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
@@ -96,7 +97,7 @@ def run_gate(
     row_id = tuple(c for c in (spec.row_id if spec else ()) if c in checked.columns)
     gate = ctx.gate(table, suite, row_id)
     name = run_name or f"gate-{table}"
-    started = time.perf_counter()
+    started, wall = time.perf_counter(), time.time()
     try:
         verdict = _only(gate.quick.run(**_run_args(checked, values, name)))
         failed = {r.expectation_config.id for r in verdict.results if not r.success}
@@ -106,6 +107,8 @@ def run_gate(
             evidence = _only(detail.run(**_run_args(checked, values, name + "-failed")))
     finally:
         checked.unpersist()
+    if ctx.docs_dir is not None:
+        localize(ctx.docs_dir, since=wall - 1.0)  # the pages this run wrote
     docs = None if ctx.docs_index is None else str(ctx.docs_index)
     result = summarize(
         table, suite.name, verdict, evidence, declared, values, time.perf_counter() - started, docs

@@ -41,6 +41,7 @@ from pipeline.demo_summary import (
 
 DEFAULT_OUT = Path("demo-out")
 DEFAULT_MESSAGES = 2000
+OFFSET_HISTORY_MS = 1000
 # The demo's tables are small: few shuffle partitions and no code generation save more
 # than they cost (Spark's defaults are for big inputs).
 SMALL_DATA_SPARK = {
@@ -182,9 +183,10 @@ class Demo:
 
     # -- the cluster ------------------------------------------------------------------------
     def cluster_up(self) -> None:
-        self.run_logged(
-            "cluster-up", _product("cluster", "up", "--data-dir", str(self.data_dir), "--detach")
-        )
+        # A consumer offset snapshot a second: the report's lag over time.
+        argv = ["up", "--data-dir", str(self.data_dir), "--detach"]
+        argv += ["--set", f"offset_history_interval_ms={OFFSET_HISTORY_MS}"]
+        self.run_logged("cluster-up", _product("cluster", *argv))
 
     def cluster_down(self) -> None:
         if (self.data_dir / "cluster.json").exists():

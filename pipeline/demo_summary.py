@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.common.findings import (
+    COUNTS,
     DEAD_LETTERED,
     DELIVERED_TWICE,
     DUPLICATE_EFFECT,
     KINDS,
+    LAG,
     LOST_AFTER_ACK,
     STORED_TWICE,
 )
@@ -228,12 +230,25 @@ def _workload_line(w: dict[str, Any]) -> str:
     return text + (f" ({len(failed)} failed: {failed})" if failed else "")
 
 
+def _kinds_lines(title: str, counts: dict[str, Any]) -> list[str]:
+    """One line per finding kind: its count and what one counted item is."""
+    if not counts:
+        return [f"{title:16}none"]
+    lines = [f"{title}:"]
+    lines += [f"  {k:22}{v:>6}  {COUNTS.get(k, '')}" for k, v in counts.items()]
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
-    """The summary as a person reads it at the end of the demo."""
+    """The summary as a person reads it at the end of the demo: each number says what it
+    counts and over which clusters."""
 
     def kv(d: dict[str, Any]) -> str:
         return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
+    others = len(s["audited"]["other_clusters"])
+    scope = "the demo's cluster" + (f" and the workload's {others} other(s)" if others else "")
+    dead = s["dead_letters"]
     lines = [
         "",
         "== mqaudit demo summary",
@@ -251,18 +266,36 @@ def format_summary(s: dict[str, Any]) -> str:
         f"dead letters:   {s['dead_letters']['total']} ({s['dead_letters']['waiting']} waiting)",
         f"resends:        {kv(s['resends']['counts'])}; "
         f"{s['resends']['manual_handling']} to manual handling",
+        f"findings over {scope}, by kind:",
+        *_kinds_lines("duplicates", s["duplicates"]),
+        f"  by cause:     {kv(s['duplicates_by_cause'])} (of delivered_twice, duplicate_effect "
+        "and retried_then_ok, the cause of the first extra delivery; of stored_twice, why "
+        "the copy was stored)",
+        *_kinds_lines("losses", s["losses"]),
+        f"dead letters:   {dead['total']} {COUNTS[DEAD_LETTERED]}; {dead['waiting']} of them "
+        "not replayed",
+        f"lag (demo's cluster): {kv(s['lag']['status'])}: {COUNTS[LAG]} by status; "
+        f"the furthest behind {s['lag']['max_messages']} messages",
+        f"resends:        {kv(s['resends']['counts'])} (producer stubs, by what the resend "
+        f"did); {s['resends']['manual_handling']} to manual handling",
         f"replays ({s['replays']['group']}): dry run {kv(s['replays']['dry_run'])}; "
-        f"real {kv(s['replays']['real'])}",
+        f"real {kv(s['replays']['real'])} (dead letters, by replay outcome)",
     ]
     if s["problems"]:
-        lines.append(f"problems:       {'; '.join(s['problems'])}")
+        lines.append(
+            "needs attention (the demo's cluster, then each other cluster by name): "
+            + "; ".join(s["problems"])
+        )
     check = s["truth_check"]
     if isinstance(check, dict):
         shown = [
             f"{k} {v['found']}/{v['truth']}" + ("" if v["match"] else " MISMATCH")
             for k, v in check.items()
         ]
-        lines.append("ground truth:   " + ", ".join(shown) + " (found/truth)")
+        lines.append(
+            "ground truth:   " + ", ".join(shown) + " (found by the audit / injected by the "
+            f"workload, over {scope})"
+        )
     else:
         lines.append(f"ground truth:   {check}")
     lines.append("reports:")

@@ -67,6 +67,7 @@ class PageLoad:
     failed_requests: list[str] = field(default_factory=list)
     plots: list[dict[str, Any]] = field(default_factory=list)
     screenshot: Path | None = None
+    probed: Any = None  # the value of the `probe` expression, after the load event
 
     @property
     def problems(self) -> list[str]:
@@ -141,9 +142,15 @@ def _wait_for_port(proc: subprocess.Popen[bytes], profile: Path, log: Path) -> s
     raise TimeoutError(f"chromium wrote no DevToolsActivePort in {START_TIMEOUT_S} s")
 
 
+# Offline: every host name fails to resolve (as on a host without internet); file:// pages
+# and loopback still load.
+OFFLINE_FLAGS = ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]
+
+
 @contextmanager
-def chromium(workdir: Path) -> Iterator[Browser]:
-    """A headless Chromium with a fresh profile under `workdir`, stopped by PID at the end."""
+def chromium(workdir: Path, offline: bool = False) -> Iterator[Browser]:
+    """A headless Chromium with a fresh profile under `workdir`, stopped by PID at the end;
+    `offline`: with no name resolution, so that nothing beyond this host loads."""
     binary = chromium_binary()
     profile = workdir / "chromium-profile"
     profile.mkdir(parents=True)
@@ -158,6 +165,7 @@ def chromium(workdir: Path) -> Iterator[Browser]:
                 "--no-sandbox",  # tests run as root in containers
                 "--no-first-run",
                 "--disable-gpu",
+                *(OFFLINE_FLAGS if offline else []),
                 "about:blank",
             ],
             stdin=subprocess.DEVNULL,
@@ -178,9 +186,10 @@ class Browser:
     def __init__(self, cdp: Cdp) -> None:
         self.cdp = cdp
 
-    def load(self, path: Path, screenshot: Path) -> PageLoad:
+    def load(self, path: Path, screenshot: Path, probe: str | None = None) -> PageLoad:
         """Open `path` in a new page, wait for its load event, collect what went wrong on the
-        way, its plots, and a full-page screenshot (PNG) written to `screenshot`."""
+        way, its plots, and a full-page screenshot (PNG) written to `screenshot`; `probe`, a
+        JavaScript expression giving a JSON string, is evaluated in the page (`probed`)."""
         cdp = self.cdp
         target = cdp.call("Target.createTarget", url="about:blank")["targetId"]
         session = cdp.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
@@ -205,6 +214,9 @@ class Browser:
         cdp.wait_event("Page.loadEventFired", time.monotonic() + COMMAND_TIMEOUT_S)
         found = cdp.call("Runtime.evaluate", session, expression=_PLOTS_JS, returnByValue=True)
         page.plots = json.loads(found["result"]["value"])
+        if probe is not None:
+            value = cdp.call("Runtime.evaluate", session, expression=probe, returnByValue=True)
+            page.probed = json.loads(value["result"]["value"])
         size = cdp.call("Page.getLayoutMetrics", session)["cssContentSize"]
         shot = cdp.call(
             "Page.captureScreenshot",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from broker_runtime.broker.namesrv_client import register_all
 from broker_runtime.broker.processors.consumer import notify_ids_changed
 from broker_runtime.broker.slave_sync import sync_from_master
+from broker_runtime.offsets import offset_history
 
 if TYPE_CHECKING:
     from broker_runtime.broker.controller import BrokerController
@@ -24,6 +25,8 @@ def background_tasks(ctl: BrokerController) -> list[Coroutine[Any, Any, None]]:
     tasks.append(_stats_loop(ctl))
     if not ctl.is_master:
         tasks.append(_slave_sync_loop(ctl))
+    elif ctl.config.offset_history_interval_ms > 0:
+        tasks.append(_offset_history_loop(ctl))
     return tasks
 
 
@@ -46,6 +49,30 @@ async def _persist_offsets_loop(ctl: BrokerController) -> None:
             await loop.run_in_executor(None, ctl.offsets.persist)
         except OSError as e:
             log.error("persisting consumer offsets failed: %s", e)
+
+
+async def _offset_history_loop(ctl: BrokerController) -> None:
+    """A snapshot of the committed offsets and the queues' bounds, per interval."""
+    every = ctl.config.offset_history_interval_ms / 1000
+    loop = asyncio.get_running_loop()
+    store = ctl.require_store()
+    while True:
+        await asyncio.sleep(every)
+        entry = offset_history.snapshot(
+            ctl.clock.now_ms(),
+            ctl.offsets.table(),
+            lambda topic, qid: (store.min_offset(topic, qid), store.max_offset(topic, qid)),
+        )
+        try:
+            await loop.run_in_executor(
+                None,
+                offset_history.write,
+                store.root,
+                entry,
+                ctl.config.offset_history_keep,
+            )
+        except OSError as e:
+            log.error("writing a consumer offset snapshot failed: %s", e)
 
 
 async def _expire_clients_loop(ctl: BrokerController) -> None:

@@ -107,6 +107,10 @@ class BrokerConfig:
     client_expiry_ms: int = 120_000  # channelExpiredTimeout
     client_scan_interval_ms: int = 10_000
     offset_persist_interval_ms: int = 5_000  # flushConsumerOffsetInterval
+    # A master's consumer offset snapshots over time (offsets/offset_history.py): one per
+    # interval (0: none), the newest `offset_history_keep` kept. Not in RocketMQ.
+    offset_history_interval_ms: int = 0
+    offset_history_keep: int = 1_440
     ha_master_addr: str | None = None  # a slave's master HA address; else from the name server
     ha_heartbeat_interval_ms: int = 5_000  # haSendHeartbeatInterval
     ha_housekeeping_ms: int = 20_000  # haHousekeepingInterval: a silent peer is dropped
@@ -154,9 +158,12 @@ class BrokerConfig:
             "delay_offset_persist_interval_ms",
             "rebalance_lock_max_live_ms",
             "queue_lock_hold_timeout_ms",
+            "offset_history_keep",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.offset_history_interval_ms < 0:
+            raise ValueError("offset_history_interval_ms must be >= 0 (0: no history)")
 
     @property
     def addr(self) -> str:

@@ -116,3 +116,28 @@ TX_ROLLED_BACK = "rolled_back"
 TX_GAVE_UP = "gave_up"
 TX_PENDING = "pending"
 TX_STATES = (TX_COMMITTED, TX_ROLLED_BACK, TX_GAVE_UP, TX_PENDING)
+# What one counted finding of each kind is, as the reports and the demo's summary say it.
+COUNTS: dict[str, str] = {
+    STORED_TWICE: "messages with two or more stored copies (one UNIQ_KEY, several positions)",
+    DELIVERED_TWICE: "(message, group) pairs: a group got the message again, not as a retry",
+    DUPLICATE_EFFECT: "(message, group) pairs: the group consumed the message successfully "
+    "twice or more (the work was done twice)",
+    RETRIED_THEN_OK: "(message, group) pairs: failed, retried as designed, then consumed",
+    LOST_AFTER_ACK: "messages the broker acknowledged to the producer that no commitlog holds",
+    NEVER_DELIVERED: "(message, group) pairs: the group's offset passed the message, "
+    "which it never received",
+    EXPIRED_BEFORE_CONSUMED: "(message, group) pairs: the message's file was deleted "
+    "before the group received it",
+    DEAD_LETTERED: "(message, group) pairs in the group's %DLQ% topic",
+    RESEND_DUE: "producer stubs due for a resend (sent, never confirmed)",
+    MAX_SEND_COUNT: "producer stubs at the max send count: a person decides",
+    LAG: "(group, queue) pairs at their latest snapshot",
+    UNROUTABLE: "RabbitMQ publishes returned by the broker: no queue was bound for them",
+    EXPIRED: "(message, queue) pairs: the message's TTL passed in a queue without a DLX",
+    DROPPED_MAXLEN: "(message, queue) pairs: pushed out of a full queue without a DLX",
+    HALF_STUCK: "half messages past the bound with no commit, rollback or give-up",
+    CHECK_GAVE_UP: "transactions the check-back gave up on (TRANS_CHECK_MAX_TIME_TOPIC)",
+    ROLLED_BACK_BUT_DELIVERED: "(message, group) pairs: rolled back, yet the group got it",
+    COMMITTED_TWICE: "transactions whose half message was committed more than once",
+    COMMITTED_NEVER_CONSUMED: "(message, group) pairs: committed, never received by the group",
+}

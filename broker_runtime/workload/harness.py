@@ -37,6 +37,7 @@ SCENARIO_BROKER_SETTINGS: dict[str, str] = {
     "register_interval_ms": "1000",
     "client_scan_interval_ms": "1000",
     "offset_persist_interval_ms": "1000",
+    "offset_history_interval_ms": "1000",  # the audit's lag over time
     "slave_sync_interval_ms": "1000",
     "ha_heartbeat_interval_ms": "1000",
     "ha_housekeeping_ms": "5000",

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common.progress import Ticker, reporter
 from broker_runtime.offsets.json_file import CorruptStateError
+from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import ingest_state
@@ -28,7 +29,7 @@ from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
 from pipeline.readers.ledger import read_table
-from pipeline.readers.store_files import offset_snapshot, plan_cq
+from pipeline.readers.store_files import offset_history, offset_snapshot, plan_cq
 from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 from pipeline.transforms.transactions import transactions_table
@@ -251,15 +252,22 @@ class _Ingest:
         }
         rows = []
         for b in brokers:
+            snaps, bad = offset_history(b)
+            for e in bad:
+                self.quarantine.append(
+                    _bad(b, str(HISTORY_DIR), 0, -1, 0, "bad_offsets_json", str(e))
+                )
             try:
                 snap = offset_snapshot(b)
             except CorruptStateError as e:
                 self.quarantine.append(
                     _bad(b, "config/consumerOffset.json", 0, -1, 0, "bad_offsets_json", str(e))
                 )
-                continue
-            if snap is not None and (b.name, b.broker_id, snap.snapshot_ts) not in have:
-                rows += [{**r, "ingest_run": run} for r in snap.rows]
+                snap = None
+            for one in [*snaps, *([snap] if snap is not None else [])]:
+                if (b.name, b.broker_id, one.snapshot_ts) not in have:
+                    have.add((b.name, b.broker_id, one.snapshot_ts))
+                    rows += [{**r, "ingest_run": run} for r in one.rows]
         if rows:
             self.appended["consumer_offsets"] = self._append_rows("consumer_offsets", rows)
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from broker_runtime.offsets import offset_history as offset_history_files
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
 from broker_runtime.offsets.json_file import CorruptStateError
 from broker_runtime.store.consume_queue import ENTRY_SIZE
@@ -150,6 +151,33 @@ class OffsetSnapshot:
     rows: list[dict[str, Any]]
 
 
+def _snapshot_rows(
+    broker: Broker,
+    snapshot_ts: int,
+    table: dict[str, dict[int, int]],
+    bounds: dict[tuple[str, int], tuple[int, int]],
+) -> list[dict[str, Any]]:
+    rows = []
+    for key, queues in sorted(table.items()):
+        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        for qid, offset in sorted(queues.items()):
+            lo, hi = bounds.get((topic, qid), (0, 0))
+            rows.append(
+                {
+                    "broker": broker.name,
+                    "broker_id": broker.broker_id,
+                    "snapshot_ts": snapshot_ts,
+                    "topic": topic,
+                    "consumer_group": group,
+                    "queue_id": qid,
+                    "committed_offset": offset,
+                    "max_offset": hi,
+                    "min_offset": lo,
+                }
+            )
+    return rows
+
+
 def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
     """The broker's committed offsets now, each with its queue's min and max offsets.
 
@@ -166,21 +194,17 @@ def offset_snapshot(broker: Broker) -> OffsetSnapshot | None:
     except (CorruptStateError, ValueError) as e:
         raise CorruptStateError(f"{source}: {e}") from e
     bounds = queue_bounds(broker.store_dir)
-    rows = []
-    for key, queues in sorted(table.items()):
-        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
-        for qid, offset in sorted(queues.items()):
-            rows.append(
-                {
-                    "broker": broker.name,
-                    "broker_id": broker.broker_id,
-                    "snapshot_ts": snapshot_ts,
-                    "topic": topic,
-                    "consumer_group": group,
-                    "queue_id": qid,
-                    "committed_offset": offset,
-                    "max_offset": bounds.get((topic, qid), (0, 0))[1],
-                    "min_offset": bounds.get((topic, qid), (0, 0))[0],
-                }
-            )
-    return OffsetSnapshot(snapshot_ts, rows)
+    return OffsetSnapshot(snapshot_ts, _snapshot_rows(broker, snapshot_ts, table, bounds))
+
+
+def offset_history(broker: Broker) -> tuple[list[OffsetSnapshot], list[ValueError]]:
+    """The snapshots a master kept over time (config/offsetHistory), each with the queues'
+    bounds of its moment; and the files that could not be read."""
+    snapshots, errors = [], []
+    for entry in offset_history_files.read(broker.store_dir):
+        if isinstance(entry, ValueError):
+            errors.append(entry)
+            continue
+        rows = _snapshot_rows(broker, entry.timestamp, entry.offsets, entry.bounds)
+        snapshots.append(OffsetSnapshot(entry.timestamp, rows))
+    return snapshots, errors

@@ -1,7 +1,9 @@
 """The audit report: `DIR/audit_report.html` with its plots as PNG files next to it.
 
-Summary first, then a plot and the worst rows per finding type, and a link to the Great
-Expectations Data Docs when a docs folder is given.
+What needs attention first, per group; then the summary's numbers, each saying what it
+counts; then per finding type a plot (or the sentence why there is none) and its rows, paged
+and filterable, each message with the command that looks it up on the brokers; and a link to
+the Great Expectations Data Docs when a docs folder is given.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from broker_runtime.common import findings
 from pipeline.reports import plots, transactions_section
 from pipeline.reports.render import write_html
-from pipeline.reports.summary import summarize, worst
+from pipeline.reports.summary import attention, summarize, worst
 from pipeline.reports.tables import Tables, load_tables
 
 HTML = "audit_report.html"
@@ -52,9 +55,13 @@ def render_report(
             tables["audit_dead_letters"], out / PLOTS["dead_letters"]
         ),
         "losses": plots.losses_by_cause(tables["audit_losses"], out / PLOTS["losses"]),
+        "transactions": transactions_section.transactions_by_cause(
+            tables.get(transactions_section.TABLE), out / PLOTS["transactions"]
+        ),
     }
+    drawn = {k: p for k, p in written.items() if isinstance(p, Path)}
     summary = summarize(tables)
-    tx = transactions_section.section(tables, out / PLOTS["transactions"])
+    tx = transactions_section.section(tables)
     summary["transactions"] = tx["kinds"]
     summary["problems"] = [*summary["problems"], *tx["problems"]]
     docs, docs_note = _docs_link(out, docs_dir)
@@ -63,8 +70,11 @@ def render_report(
         out / HTML,
         lake=lake,
         s=summary,
+        attention=attention(tables),
+        counts=findings.COUNTS,
         worst=worst(tables),
-        plots={k: p.name for k, p in written.items()},
+        plots={k: p.name for k, p in drawn.items()},
+        notes={k: p for k, p in written.items() if isinstance(p, str)},
         docs=docs,
         docs_note=docs_note,
         tx=tx,
@@ -72,7 +82,7 @@ def render_report(
     )
     return {
         "html": str(html),
-        "plots": [str(p) for p in written.values()] + [str(out / tx["plot"])],
+        "plots": [str(p) for p in drawn.values()],
         "data_docs": docs,
         "summary": summary,
     }

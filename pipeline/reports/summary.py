@@ -9,7 +9,8 @@ import pandas as pd
 from broker_runtime.common import findings
 from pipeline.reports.tables import Tables
 
-TOP = 20
+TOP = 1_000  # rows per table in the HTML (paged there); the tables in the lake have all
+NO_GROUP = "(no consumer group)"  # producer-side findings: lost after ack, stored twice
 
 
 def _by(df: pd.DataFrame, column: str) -> dict[str, int]:
@@ -71,6 +72,50 @@ def summarize(tables: Tables) -> dict[str, Any]:
     return out
 
 
+# attention()'s counts, the most urgent first.
+ATTENTION = (
+    "lost",
+    "processed_twice",
+    "dead_letters_waiting",
+    "stuck_queues",
+    "delivered_twice",
+    "stored_twice",
+)
+
+
+def attention(tables: Tables) -> list[dict[str, Any]]:
+    """Per group, what needs a person: lost, processed twice, delivered twice, dead letters
+    not replayed, queues stalled or stopped now, the largest lag now. Groups with none of
+    these are left out; the worst first."""
+    counts: dict[str, dict[str, int]] = {}
+
+    def add(df: pd.DataFrame, column: str) -> None:
+        if df.empty:
+            return
+        for group, n in df["group"].fillna(NO_GROUP).value_counts().items():
+            counts.setdefault(str(group), {})[column] = int(n)
+
+    dup, dlq = tables["audit_duplicates"], tables["audit_dead_letters"]
+    add(tables["audit_losses"], "lost")
+    add(dup[dup["kind"] == findings.DUPLICATE_EFFECT], "processed_twice")
+    add(dup[dup["kind"] == findings.DELIVERED_TWICE], "delivered_twice")
+    add(dup[dup["kind"] == findings.STORED_TWICE], "stored_twice")
+    add(dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq, "dead_letters_waiting")
+    now = latest_lag(tables["audit_lag"])
+    add(now[now["status"].isin(["STALLED", "STOPPED"])] if not now.empty else now, "stuck_queues")
+    rows = []
+    for group, c in counts.items():
+        lag = now[now["group"] == group] if not now.empty else now
+        rows.append(
+            {
+                "group": group,
+                **{k: c.get(k, 0) for k in ATTENTION},
+                "lag_messages": int(lag["lag_messages"].sum()) if not lag.empty else 0,
+            }
+        )
+    return sorted(rows, key=lambda r: (*(-r[k] for k in ATTENTION), r["group"]))
+
+
 def _records(df: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
     """Rows as dicts with None for missing values (what the templates test for)."""
     part = df[columns].astype(object)
@@ -112,7 +157,16 @@ def worst(tables: Tables, top: int = TOP) -> dict[str, list[dict[str, Any]]]:
         ),
         "dead_letters": _records(
             dlq.head(top),
-            ["group", "msg_id", "original_topic", "count", "retries", "age_ms", "replayed"],
+            [
+                "group",
+                "msg_id",
+                "topic",
+                "original_topic",
+                "count",
+                "retries",
+                "age_ms",
+                "replayed",
+            ],
         ),
         "losses": _records(
             losses.head(top), ["kind", "cause", "msg_id", "group", *where, "detail"]

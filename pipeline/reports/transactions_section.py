@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from broker_runtime.common import findings
-from pipeline.reports.plots import _bars, _nothing, _save
+from pipeline.reports.plots import Drawn, _bars, _save
 from pipeline.reports.summary import TOP, _by, _records
 from pipeline.reports.tables import Tables
 
@@ -39,19 +39,18 @@ COLUMNS = [
 ]
 
 
-def transactions_by_cause(tx: pd.DataFrame, path: Path) -> Path:
+def transactions_by_cause(tx: pd.DataFrame | None, path: Path) -> Drawn:
+    if tx is None or tx.empty:
+        return "No transaction findings: every transaction ended and was consumed as it should."
     fig = Figure(figsize=(9, 4))
     ax = fig.subplots()
-    if tx.empty:
-        _nothing(ax, "no transaction findings")
-        return _save(fig, path)
     counts = tx.groupby(["cause", "kind"]).size().unstack("kind", fill_value=0)
     _bars(ax, counts, "Transaction findings by cause", "transactions (per group where named)", True)
     return _save(fig, path)
 
 
-def section(tables: Tables, plot: Path, top: int = TOP) -> dict[str, Any]:
-    """Counts by kind, the problems they are, the worst rows and the plot's file name."""
+def section(tables: Tables, top: int = TOP) -> dict[str, Any]:
+    """Counts by kind, the problems they are and the worst rows (the plot: render_report)."""
     tx = tables.get(TABLE, pd.DataFrame(columns=COLUMNS))
     kinds = _by(tx, "kind")
     problems = [f"{n} {_PROBLEMS[k]}" for k, n in kinds.items() if k in _PROBLEMS]
@@ -61,5 +60,4 @@ def section(tables: Tables, plot: Path, top: int = TOP) -> dict[str, Any]:
         "causes": _by(tx, "cause"),
         "problems": problems,
         "rows": _records(rows.head(top), COLUMNS) if not tx.empty else [],
-        "plot": transactions_by_cause(tx, plot).name,
     }

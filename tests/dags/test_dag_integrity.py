@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +115,18 @@ def test_spark_submit_mode_submits_the_spark_steps(
         assert args[args.index("--max-send-count") + 1] == var_template("mqaudit_max_send_count")
     resend = bag.dags["mq_retry_resend"].get_task("resend")
     assert resend.application_args[0] == "resend"
+
+
+def test_the_audit_interval_is_a_parse_time_variable(
+    airflow_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_VAR_MQAUDIT_AUDIT_EVERY_MINUTES", "15")
+    dag = DagBag(dag_folder=str(DAGS / "mq_audit.py")).dags["mq_audit"]
+    assert dag.timetable.summary == "*/15 * * * *"
+    monkeypatch.setenv("AIRFLOW_VAR_MQAUDIT_AUDIT_EVERY_MINUTES", "7")
+    bag = DagBag(dag_folder=str(DAGS / "mq_audit.py"))
+    assert "mq_audit" not in bag.dags
+    (error,) = bag.import_errors.values()
+    assert "mqaudit_audit_every_minutes must divide 60, got '7'" in error

@@ -44,6 +44,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", (
         "broker_runtime.cli", "pipeline.cli", "pipeline.run", "pipeline.demo",
         "pipeline.demo_summary", "pipeline.demo_clusters", "dags.spark_app",
+        "pipeline.airflow_local",
     )),
 ]  # fmt: skip
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.findings import COUNTS
 from pipeline.demo_summary import build_summary, format_summary, other_clusters
 
 
@@ -81,7 +82,12 @@ def test_the_truth_check_counts_the_dag_and_the_other_clusters(tmp_path: Path) -
     assert s["messages"]["stored_rows_ingested_other_clusters"] == 30
     assert s["audited"]["other_clusters"] == {"crash": clusters["crash"]["lake"]}
     assert s["problems"] == ["crash: 2 lost message(s)"]
-    assert "lost_after_ack 2/2" in format_summary(s) and "MISMATCH" not in format_summary(s)
+    text = format_summary(s)
+    assert "lost_after_ack 2/2" in text and "MISMATCH" not in text
+    # Each count says what it counts, and over which clusters.
+    assert "findings over the demo's cluster and the workload's 1 other(s)" in text
+    lost = next(line for line in text.splitlines() if line.strip().startswith("lost_after_ack"))
+    assert lost.split()[1] == "2" and COUNTS["lost_after_ack"] in lost
 
 
 def test_without_the_other_clusters_their_findings_are_a_mismatch(tmp_path: Path) -> None:

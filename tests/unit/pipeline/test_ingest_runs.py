@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 from sqlalchemy import insert, update
 
+from broker_runtime.offsets import offset_history
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
@@ -183,3 +184,25 @@ def test_offset_snapshots_record_the_queue_bounds_the_broker_reports(
         for r in rows(spark, tmp_path / "lake", "consumer_offsets")
     }
     assert got == want
+
+
+def test_a_masters_offset_history_is_ingested_once_as_snapshots_of_their_own(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = make_cluster(tmp_path)
+    store_dir = next(data.glob("brokers/*/master"))
+    for ts, committed in ((1_000, 1), (2_000, 2), (3_000, 3)):
+        entry = offset_history.snapshot(ts, {"Topic0@hist": {0: committed}}, lambda t, q: (0, 5))
+        offset_history.write(store_dir, entry, keep=10)
+    (offset_history.history_dir(store_dir) / "4000.json").write_text("{not json")
+    lake = tmp_path / "lake"
+    ingest(spark, data, lake)
+    ingest(spark, data, lake)  # the same snapshots again: nothing added
+    history = sorted(
+        (r["snapshot_ts"], r["committed_offset"], r["max_offset"])
+        for r in rows(spark, lake, "consumer_offsets")
+        if r["consumer_group"] == "hist"
+    )
+    assert history == [(1_000, 1, 5), (2_000, 2, 5), (3_000, 3, 5)]
+    (bad,) = [q for q in rows(spark, lake, "quarantine") if q["reason"] == "bad_offsets_json"]
+    assert "4000.json" in bad["detail"] and bad["file"] == "config/offsetHistory"

@@ -1,5 +1,7 @@
-"""The audit and DLQ reports rendered from audit rows (pandas, no Spark): every plot is
-written and referenced, the summary has the right numbers, the CSV has every dead letter."""
+"""The audit and DLQ reports rendered from audit rows (pandas, no Spark): every plot with
+something to show is written and referenced (else a sentence says why not), what needs
+attention leads per group, the summary has the right numbers and says what each counts,
+each message has its lookup command, the CSV has every dead letter."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from broker_runtime.common import findings
 from pipeline.lake import AUDIT_TABLES
 from pipeline.reports.audit_report import PLOTS, render_report
 from pipeline.reports.dlq_report import render_dlq_report
 from pipeline.reports.render import duration, timestamp
+from pipeline.reports.summary import attention
 from pipeline.reports.tables import Tables
 
 T0 = 1_700_000_000_000
@@ -49,6 +53,7 @@ def _dead(msg_id: str, group: str, age_ms: int, replayed: bool) -> dict[str, Any
     chain = [{"reconsume_times": 1, "store_ts": T0, "broker": "broker-a", "queue_offset": 0}]
     return _finding("dead_lettered", "max_reconsume_times", msg_id, group, 17) | {
         "original_topic": "TopicA",
+        "topic": f"%DLQ%{group}",
         "first_ts": T0,
         "last_ts": AS_OF - age_ms,
         "age_ms": age_ms,
@@ -73,7 +78,7 @@ def _tables() -> Tables:
         "audit_losses": _table(
             "audit_losses",
             [
-                _finding("lost_after_ack", "absent_from_commitlog", "L1", None, 1),
+                _finding("lost_after_ack", "absent_from_commitlog", "L1", None, 1, topic="TopicA"),
                 _finding("never_delivered", "offset_passed_without_delivery", "L2", "g1", 1),
             ],
         ),
@@ -101,6 +106,10 @@ def _tables() -> Tables:
         "consistency": _table(
             "consistency", [_finding("queue_offset_gap", "offsets_missing", None, None, 2)]
         ),
+        "audit_transactions": _table(
+            "audit_transactions",
+            [_finding("check_gave_up", "transaction_check_max", "T1", None, 3, age_ms=H)],
+        ),
     }
 
 
@@ -114,7 +123,7 @@ def test_audit_report_has_summary_plots_and_docs_link(tmp_path: Path) -> None:
         png = tmp_path / "out" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f'src="{name}"' in html
-    assert html.index("Summary") < html.index("<img")  # summary first
+    assert html.index("Needs attention") < html.index("Summary") < html.index("<img")
     assert 'href="../docs/index.html"' in html
     s = result["summary"]
     assert s["as_of_ms"] == AS_OF
@@ -135,16 +144,48 @@ def test_audit_report_has_summary_plots_and_docs_link(tmp_path: Path) -> None:
         "1 message(s) processed twice",
         "1 queue(s) stalled or stopped",
         "1 consistency finding(s)",
+        "1 transaction(s) given up by the check-back",
     ]
     assert "2 lost message(s)" in html
     assert re.search(r"<td>L1</td>", html)
+    # Each message's lookup, as `mqaudit admin query-msg` takes it (a dead letter in its DLQ).
+    assert "mqaudit admin query-msg --data-dir DATA_DIR --id L1 --topic TopicA" in html
+    assert "--id D1 --topic %DLQ%g1" in html
+    assert findings.COUNTS["duplicate_effect"] in html  # the numbers say what they count
+    assert html.count('<table class="paged') == 8  # attention + 7 finding tables with rows
 
 
-def test_empty_tables_still_give_every_plot(tmp_path: Path) -> None:
+def test_attention_per_group_worst_first() -> None:
+    rows = attention(_tables())
+    assert [r["group"] for r in rows] == ["g1", "(no consumer group)", "g2"]
+    g1 = rows[0]
+    assert (g1["lost"], g1["processed_twice"], g1["delivered_twice"]) == (1, 1, 1)
+    assert (g1["dead_letters_waiting"], g1["stuck_queues"], g1["lag_messages"]) == (1, 1, 9)
+    assert (rows[1]["lost"], rows[1]["stored_twice"]) == (1, 1)
+    assert rows[2]["dead_letters_waiting"] == 1 and rows[2]["lost"] == 0
+
+
+def test_a_lag_plot_with_nothing_to_show_is_a_sentence(tmp_path: Path) -> None:
+    tables = _tables()
+    lag = tables["audit_lag"]
+    one = lag[lag["snapshot_ts"] == T0]
+    caught_up = lag.assign(lag_messages=0, lag_ms=0, status="OK")
+    for rows, says in ((one, "One consumer offset snapshot so far"), (caught_up, "caught up")):
+        result = render_report({**tables, "audit_lag": rows}, tmp_path / says)
+        html = Path(result["html"]).read_text()
+        assert says in html and 'src="lag_over_time.png"' not in html
+        assert not (tmp_path / says / "lag_over_time.png").exists()
+        assert len(result["plots"]) == len(PLOTS) - 1
+
+
+def test_empty_tables_draw_no_plot_and_say_so(tmp_path: Path) -> None:
     empty = {name: _table(name, []) for name in AUDIT_TABLES}
     result = render_report(empty, tmp_path, docs_dir=tmp_path / "no-docs")
-    assert len(result["plots"]) == len(PLOTS) and all(Path(p).is_file() for p in result["plots"])
+    assert result["plots"] == [] and not list(tmp_path.glob("*.png"))
     html = Path(result["html"]).read_text()
+    assert "<img" not in html
+    for sentence in ("No consumer offset snapshots", "No duplicates:", "No dead letters:"):
+        assert sentence in html
     assert "No losses, no duplicate effects" in html
     assert "No Data Docs at" in html
     assert result["summary"]["problems"] == []
