@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+JARS_STAMP := $(VENV)/.delta-jars
 DEMO_OUT ?= demo-out
 
-.PHONY: venv system-deps demo test check bench lock clean
+.PHONY: venv delta-jars system-deps demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -15,7 +16,20 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(JARS_STAMP)
+
+# Delta Lake's jars for the installed delta-spark, resolved once into Spark's Ivy cache
+# (~/.ivy2.5.2) from Maven Central, so that later sessions start offline with the native
+# Delta backend. Without network this says so and the pipeline falls back to the embedded
+# delta-rs backend; `make delta-jars` tries again.
+$(JARS_STAMP): $(STAMP)
+	@$(PY) -m pipeline.spark_session fetch-delta-jars \
+	  || echo "Delta Lake jars not fetched: the embedded delta-rs backend will be used"
+	@touch $(JARS_STAMP)
+
+delta-jars: $(STAMP)
+	$(PY) -m pipeline.spark_session fetch-delta-jars
+	@touch $(JARS_STAMP)
 
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
 # reports rendered in headless Chromium). Needs root and apt; elsewhere install them by hand,
@@ -29,7 +43,7 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
 	fi
 
-demo: $(STAMP)
+demo: $(JARS_STAMP)
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
 
 # Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
@@ -38,7 +52,7 @@ demo: $(STAMP)
 # first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
 # runs everything in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(JARS_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 check: $(STAMP)
@@ -46,7 +60,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
+bench: $(JARS_STAMP)
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py

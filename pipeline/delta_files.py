@@ -14,6 +14,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -144,9 +145,14 @@ def commit(
     return sum(rows_of(f["stats"]) for f in files)
 
 
-def current_files(path: str) -> tuple[list[str], dict[tuple[str | None, ...], list[str]]]:
-    """(partition columns, data files by partition value) of the table's current version."""
-    dt = DeltaTable(path)
+def current_files(
+    path: str, version: int | None = None, timestamp: datetime | None = None
+) -> tuple[list[str], dict[tuple[str | None, ...], list[str]]]:
+    """(partition columns, data files by partition value) of the table's current version, or
+    of `version`, or of the last version committed at or before `timestamp`."""
+    dt = DeltaTable(path, version=version)
+    if timestamp is not None:
+        dt.load_as_version(timestamp)
     parts = list(dt.metadata().partition_columns)
     groups: dict[tuple[str | None, ...], list[str]] = {}
     for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
@@ -162,7 +168,8 @@ def read_arrow(path: str, schema: StructType) -> pa.Table:
     tables = []
     for key, files in groups.items():
         for file in files:
-            have = set(pq.read_schema(file).names)
+            # Partition values come from the log (some writers also keep them in the file).
+            have = set(pq.read_schema(file).names) - set(parts)
             t = pq.read_table(file, columns=[n for n in target.names if n in have])
             for n in target.names:  # a column added after the file was written: null
                 if n not in have and n not in parts:
