@@ -47,20 +47,10 @@ from pipeline.delta_files import (
     stage_dir,
 )
 from pipeline.schemas import arrow_schema
-from pipeline.spark_session import DELTA_EXTENSION, forced_backend
+from pipeline.spark_session import forced_backend, native_delta_available
 from pipeline.spark_tasks import Producer, generated, run_tasks
 
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
-
-
-def native_delta_available(spark: SparkSession) -> bool:
-    """Whether delta-spark's classes load in this session's JVM and its extension is on."""
-    try:
-        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)  # type: ignore[union-attr]
-    except Exception:  # py4j raises its own error types for a missing class
-        return False
-    return DELTA_EXTENSION in (spark.conf.get("spark.sql.extensions", "") or "")
 
 
 def choose_backend(spark: SparkSession) -> str:

@@ -165,6 +165,16 @@ def apply_sql_conf(spark: SparkSession) -> None:
         spark.conf.set(key, value)
 
 
+def native_delta_available(spark: SparkSession) -> bool:
+    """Whether delta-spark's classes load in this session's JVM and its extension is on."""
+    try:
+        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)  # type: ignore[union-attr]
+    except Exception:  # py4j raises its own error types for a missing class
+        return False
+    return DELTA_EXTENSION in (spark.conf.get("spark.sql.extensions", "") or "")
+
+
 def fetch_delta_jars() -> int:
     """Set-up: resolve Delta Lake's packages into the Ivy cache (a session started with
     them) and check the classes load; 0 when they do."""
@@ -175,8 +185,6 @@ def fetch_delta_jars() -> int:
         print(f"delta-jars: could not get {delta_packages()}: {e}", file=sys.stderr)
         return 1
     try:
-        from pipeline.delta_io import native_delta_available
-
         ok = native_delta_available(spark)
     finally:
         spark.stop()

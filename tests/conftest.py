@@ -13,8 +13,9 @@ import pytest
 
 from broker_runtime.common.config import StoreConfig
 
-# Session-wide PostgreSQL and Redis servers (fixtures postgres_url, redis_url).
-pytest_plugins = ["tests.db_servers"]
+# Session-wide PostgreSQL and Redis servers (fixtures postgres_url, redis_url); a Spark
+# standalone cluster per test module that asks for one (fixture spark_cluster).
+pytest_plugins = ["tests.db_servers", "tests.spark_cluster"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

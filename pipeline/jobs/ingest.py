@@ -20,6 +20,7 @@ from broker_runtime.offsets.json_file import CorruptStateError
 from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import checkpoint as C
+from pipeline.jobs.maintenance import lake_lock
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.progress import Ticker, say
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
@@ -54,7 +55,8 @@ def run_ingest(
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
     job = _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress)
-    return job.run(brokers, ledger_url, range_bytes, started)
+    with lake_lock(lake):  # never beside a maintenance run's VACUUM
+        return job.run(brokers, ledger_url, range_bytes, started)
 
 
 class _Ingest:
@@ -68,6 +70,7 @@ class _Ingest:
         self.quarantine: list[dict[str, Any]] = []
         self.results: dict[Key, dict[str, int]] = {}
         self.appended: dict[str, int] = {}
+        self.readers: list[str] = []  # the decoders the workers loaded ("c", "python")
 
     def path(self, name: str) -> str:
         return table_path(self.lake, name)
@@ -166,6 +169,7 @@ class _Ingest:
             n = ingest_log(self.io, tasks, self.path("messages"), plan.run, acc)
         self.appended["messages"] = max(n, 0)
         summaries: Summaries = dict(acc.value)
+        self.readers = sorted({s["reader"] for s in summaries.values()})
         say(line(), self.progress)
         for item in items:
             mine = [
@@ -312,6 +316,7 @@ class _Ingest:
                 for i in plan.items
             ],
             "messages": messages,
+            "readers": self.readers,
             "appended": self.appended,
             "quarantine": reasons,
             "warnings": self.warnings,

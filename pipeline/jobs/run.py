@@ -138,6 +138,7 @@ def run_pipeline(
     ingested = run_ingest(data_dir, lake, spark, ledger_url=ledger_url, progress=progress)
     seconds["ingest"] = round(time.monotonic() - t, 3)
     summary |= {"ingested_messages": ingested["messages"], "appended": ingested["appended"]}
+    summary |= {"backend": ingested["backend"], "readers": ingested["readers"]}
     t = step("validate")
     try:
         validate_ingested(

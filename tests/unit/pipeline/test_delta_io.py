@@ -13,9 +13,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipeline import spark_session
-from pipeline.delta_io import DeltaIO, choose_backend, history, native_delta_available, txn_version
+from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
 from pipeline.schemas import struct_of
-from pipeline.spark_session import BACKEND_ENV, delta_conf, delta_packages
+from pipeline.spark_session import BACKEND_ENV, delta_conf, delta_packages, native_delta_available
 
 SCHEMA = struct_of("k:long, part:str, v:str, m:map")
 

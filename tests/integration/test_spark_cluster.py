@@ -1,0 +1,98 @@
+"""The pipeline on a real Spark standalone cluster (a master and two workers started by the
+tests): `mqaudit pipeline run --spark-master spark://...` gives the same lake, rows and
+findings, as `local[2]`, with its executors on the workers and the C reader loaded in them."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from broker_runtime.cli.main import main
+from pipeline import audit_schemas as A
+from pipeline import schemas as S
+from pipeline.delta_io import DeltaIO
+from pipeline.jobs.ingest import table_path
+from pipeline.spark_session import build_spark
+from tests.conftest import mqaudit_cmd
+from tests.integration.audit_data import build_data_dir
+from tests.integration.test_audit_pipeline import T0
+from tests.spark_cluster import SparkCluster
+
+# A cluster to start and two pipeline runs, one in a driver process of its own.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+AS_OF = T0 + 3_600_000  # one audit time for both runs
+VOLATILE = {"created_at"}  # the ingest checkpoint's wall clock
+
+
+def _run_args(data_dir: Path, root: Path) -> list[str]:
+    return [
+        *("pipeline", "run", "--data-dir", str(data_dir), "--lake", str(root / "lake")),
+        *("--out", str(root / "out"), "--as-of", str(AS_OF), "--quiet"),
+    ]
+
+
+def _rows(spark: SparkSession, lake: Path, name: str, schema: Any) -> list[tuple[Any, ...]]:
+    names = [f.name for f in schema.fields if f.name not in VOLATILE]
+    df = DeltaIO(spark).read(table_path(lake, name), schema).select(*names)
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return build_spark("mqaudit-tests", "local[2]")  # the session the other tests share
+
+
+@pytest.fixture(scope="module")
+def runs(
+    spark: SparkSession, spark_cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("cluster-run")
+    data_dir = build_data_dir(root)
+    local, cluster = root / "local", root / "cluster"
+    # On the cluster: a driver process of its own (this one has its local session).
+    done = subprocess.run(
+        mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
+        capture_output=True,
+        text=True,
+        env=spark_cluster.env(),
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    on_cluster = json.loads(done.stdout.strip().splitlines()[-1])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*_run_args(data_dir, local), "--spark-master", "local[2]"]) == 0
+    in_process = json.loads(out.getvalue().strip().splitlines()[-1])
+    return {"local": (local / "lake", in_process), "cluster": (cluster / "lake", on_cluster)}
+
+
+def test_the_cluster_run_had_executors_on_both_workers_with_the_c_reader(
+    spark_cluster: SparkCluster, runs: dict[str, tuple[Path, dict[str, Any]]]
+) -> None:
+    summary = runs["cluster"][1]
+    assert summary["ok"] and summary["backend"] == "native"
+    assert summary["readers"] == ["c"]  # every range was decoded by the C kernel
+    apps = [a for a in spark_cluster.state()["completedapps"] if a["name"] == "mqaudit-run"]
+    assert len(apps) == 1, apps
+    executors = spark_cluster.executors(apps[0]["id"])
+    workers = {w["id"] for w in spark_cluster.state()["workers"]}
+    assert set(executors) == workers, executors  # each worker ran executors of the run
+    print(f"app {apps[0]['id']}: executors by worker {executors}")
+
+
+def test_the_cluster_gives_the_same_lake_as_local(
+    spark: SparkSession, runs: dict[str, tuple[Path, dict[str, Any]]]
+) -> None:
+    (local, here), (cluster, there) = runs["local"], runs["cluster"]
+    for key in ("ingested_messages", "appended", "audit_rows", "audit_gates", "problems"):
+        assert here[key] == there[key], key
+    assert here["ingested_messages"] > 0
+    for name, schema in {**S.TABLES, **A.AUDIT_TABLES}.items():
+        assert _rows(spark, local, name, schema) == _rows(spark, cluster, name, schema), name
