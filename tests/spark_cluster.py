@@ -21,7 +21,7 @@ import pytest
 
 from tests.db_servers import stop_process, wait_until
 
-START_TIMEOUT_S = 180.0  # JVMs on a busy two-core machine
+START_TIMEOUT_S = 600.0  # JVMs on a busy two-core machine (ready is polled, not waited out)
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
 
@@ -66,6 +66,8 @@ def _spark_class(cls: str, args: list[str], log: Path) -> subprocess.Popen[bytes
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
         "SPARK_NO_DAEMONIZE": "1",
+        # No REST submission server: it would take the fixed port 6066.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
     # spark-class execs java: the PID is the JVM's.
     cmd = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]

@@ -1,13 +1,18 @@
 """The pipeline on a real Spark standalone cluster (a master and two workers started by the
-tests): `mqaudit pipeline run --spark-master spark://...` gives the same lake, rows and
-findings, as `local[2]`, with its executors on the workers and the C reader loaded in them."""
+tests, shared by this file's tests): `mqaudit pipeline run --spark-master spark://...` gives
+the same lake, rows and findings, as `local[2]`, with its executors on the workers and the C
+reader loaded in them; and mq_audit with mqaudit_spark_submit=true runs end to end through
+`dag.test()`, each Spark step a SparkSubmitOperator application on that master."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +22,23 @@ from pyspark.sql import SparkSession
 from broker_runtime.cli.main import main
 from pipeline import audit_schemas as A
 from pipeline import schemas as S
-from pipeline.delta_io import DeltaIO
+from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs.ingest import table_path
 from pipeline.spark_session import build_spark
 from tests.conftest import mqaudit_cmd
+from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.integration.audit_data import build_data_dir
 from tests.integration.test_audit_pipeline import T0
 from tests.spark_cluster import SparkCluster
 
 # A cluster to start and two pipeline runs, one in a driver process of its own.
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.airflow,
+    pytest.mark.timeout(1800),
+    *AIRFLOW_WARNINGS,
+]
 AS_OF = T0 + 3_600_000  # one audit time for both runs
 VOLATILE = {"created_at"}  # the ingest checkpoint's wall clock
 
@@ -96,3 +108,44 @@ def test_the_cluster_gives_the_same_lake_as_local(
     assert here["ingested_messages"] > 0
     for name, schema in {**S.TABLES, **A.AUDIT_TABLES}.items():
         assert _rows(spark, local, name, schema) == _rows(spark, cluster, name, schema), name
+
+
+def test_mq_audit_through_spark_submit_on_the_cluster(
+    spark_cluster: SparkCluster,
+    airflow_db: Path,
+    variables: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    data_dir = build_data_dir(tmp_path)
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    variables(
+        mqaudit_spark_submit="true",
+        mqaudit_data_dir=data_dir,
+        mqaudit_lake=lake,
+        mqaudit_reports=reports,
+    )
+    host, port = spark_cluster.url.rsplit(":", 1)
+    conn = {"conn_type": "spark", "host": host, "port": int(port)}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MQAUDIT_SPARK", json.dumps(conn | {"extra": {"deploy-mode": "client"}})
+    )
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the drivers the executors call back
+    before = {a["id"] for a in spark_cluster.state()["completedapps"]}
+    dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
+    assert {type(t).__name__ for t in dag.tasks} == {"SparkSubmitOperator"}
+    when = dt.datetime.fromtimestamp(AS_OF / 1000, dt.UTC).replace(microsecond=0)
+    run = dag.test(logical_date=when)
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    apps = [a for a in spark_cluster.state()["completedapps"] if a["id"] not in before]
+    names = sorted(a["name"] for a in apps)
+    assert names == ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
+    for app in apps:  # each step's executors ran on the workers
+        assert spark_cluster.executors(app["id"]), app
+    (report,) = (reports / "mq_audit").glob("*/audit_report.html")
+    assert "lost" in report.read_text()
+    assert all(table_exists(table_path(lake, t)) for t in A.AUDIT_TABLES)
