@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 DEMO_OUT ?= demo-out
 
-.PHONY: venv delta-jars system-deps demo test check bench lock clean
+.PHONY: venv delta-jars system-deps interop-build interop demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -34,10 +34,10 @@ delta-jars: $(STAMP)
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
 # reports rendered in headless Chromium). Needs root and apt; elsewhere install them by hand,
 # or the tests that need them skip (they fail instead when CI=true).
-SYSTEM_PACKAGES := postgresql redis-server chromium
+SYSTEM_PACKAGES := postgresql redis-server chromium maven
 system-deps:
 	@if command -v redis-server >/dev/null && command -v chromium >/dev/null \
-	    && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	    && command -v mvn >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  echo "system packages present"; \
 	else \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
@@ -52,8 +52,23 @@ demo: $(JARS_STAMP)
 # first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
 # runs everything in this process.
 TEST_WORKERS ?= 2
-test: $(JARS_STAMP)
+test: $(JARS_STAMP) interop-build
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# Apache RocketMQ for the interop tests (tests/interop/pom.xml): the first build downloads it
+# from Maven Central into ~/.m2, later ones run offline. Skipped where java or mvn is missing.
+INTEROP_STAMP := tests/interop/target/classpath.txt
+$(INTEROP_STAMP): tests/interop/pom.xml $(wildcard tests/interop/java/mqinterop/*.java)
+	@if command -v java >/dev/null && command -v mvn >/dev/null; then \
+	  mvn -q -o -f tests/interop/pom.xml compile 2>/dev/null || mvn -q -f tests/interop/pom.xml compile; \
+	  touch $(INTEROP_STAMP); \
+	else echo "java or mvn missing: the interop tests will skip (make system-deps installs maven)"; fi
+
+interop-build: $(INTEROP_STAMP)
+
+# The interop suite alone: Apache RocketMQ's own clients, mqadmin and broker against mqaudit's.
+interop: $(STAMP) interop-build
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/interop
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from broker_runtime.remoting.bodies import ConsumerData
+from broker_runtime.remoting.bodies import ConsumerData, SubscriptionData
 
 
 @dataclass(slots=True)
@@ -26,7 +26,7 @@ class ConsumerGroupInfo:
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
-    subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> expression
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)  # by topic
     channels: dict[str, ClientChannel] = field(default_factory=dict)
 
 
@@ -44,7 +44,7 @@ class ConsumerManager:
         info.consume_from_where = data.consume_from_where
         old = info.channels.get(client_id)
         info.channels[client_id] = ClientChannel(client_id, conn, now_ms)
-        subs = {s.topic: s.sub_string for s in data.subscriptions}
+        subs = {s.topic: s for s in data.subscriptions}
         changed = old is None or old.conn is not conn or subs != info.subscriptions
         info.subscriptions = subs
         return changed

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from broker_runtime.broker.message_filter import TagFilter
+from broker_runtime.broker.message_filter import Subscription
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.consume_queue import CqEntry
 from broker_runtime.store.message_store import MessageStore
@@ -45,7 +45,7 @@ def read_queue(
     queue_id: int,
     offset: int,
     max_nums: int,
-    flt: TagFilter,
+    flt: Subscription,
     *,
     max_bytes: int,
     correct_offset: bool,
@@ -86,8 +86,8 @@ def read_queue(
         if raw is None:  # the log file under this entry expired
             removed += 1
             continue
-        if not flt.matches_all and not flt.tag_matches(codec.decode(raw).tags):
-            continue  # a tag hash collision
+        if not flt.matches_all and not flt.unit_matches(codec.decode(raw)):
+            continue  # a tag hash collision, or properties the expression does not take
         units.append(raw)
         size += e.size
         last_phys = e.phys_offset

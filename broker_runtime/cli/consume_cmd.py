@@ -37,7 +37,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--timeout", type=float, default=10.0, help="stop after this many seconds with no message"
     )
-    p.add_argument("--tags", default="*", help="tag expression: * or 'TAGA || TAGB'")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tags", default="*", help="tag expression: * or 'TAGA || TAGB'")
+    which.add_argument(
+        "--sql", default=None, help="SQL92 over message properties (broker: enable_property_filter)"
+    )
     p.add_argument(
         "--from",
         dest="consume_from",
@@ -84,7 +88,10 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
         offsets_dir=offsets_dir,
         suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
     )
-    consumer.subscribe(args.topic, args.tags)
+    if args.sql is not None:
+        consumer.subscribe(args.topic, args.sql, "SQL92")
+    else:
+        consumer.subscribe(args.topic, args.tags)
     await consumer.start()
     try:
         while not enough.is_set() and time.monotonic() - last_arrival[0] < args.timeout:

@@ -56,11 +56,6 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
-# PullSysFlag bits, sent along with the explicit header fields.
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-
 
 def decode_messages(body: bytes, broker: str) -> list[ReceivedMessage]:
     """A pull response body: CommitLog units back to back, each checked (CRC included)."""

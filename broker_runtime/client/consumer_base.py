@@ -113,13 +113,14 @@ class ConsumerBase:
         self._background: set[asyncio.Task[None]] = set()
 
     # -- subscriptions ----------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to `topic` with a tag expression (`*`, `TAGA || TAGB`).
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """Subscribe to `topic` with a tag expression (`*`, `TAGA || TAGB`), or with a SQL92
+        one over message properties (`expression_type="SQL92"`, as MessageSelector.bySql).
 
         On a started consumer, call it on the consumer's event loop: the brokers hear of it
         at once and a rebalance follows.
         """
-        self.subscriptions[validate_topic(topic)] = parse(topic, expression)
+        self.subscriptions[validate_topic(topic)] = parse(topic, expression, expression_type)
         self._subscriptions_changed()
 
     def unsubscribe(self, topic: str) -> None:
@@ -140,7 +141,10 @@ class ConsumerBase:
         task.add_done_callback(self._background.discard)
 
     def _heartbeat_data(self) -> HeartbeatData:
-        subs = [SubscriptionData(t, s.expression) for t, s in self.subscriptions.items()]
+        subs = [
+            SubscriptionData(t, s.expression, s.expression_type)
+            for t, s in self.subscriptions.items()
+        ]
         consumer = ConsumerData(
             self.group, self.model.value, self.consume_type, self.consume_from.value, subs
         )

@@ -82,10 +82,10 @@ class LitePullConsumer(ConsumerBase):
         self.on_received: list[ReceivedHook] = []  # (mq, msgs) as poll hands them out
 
     # -- assignment -------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
         if self._assigned is not None:
             raise MQClientError("assign() and subscribe() cannot be mixed")
-        super().subscribe(topic, expression)
+        super().subscribe(topic, expression, expression_type)
 
     async def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Own exactly `mqs` (no rebalance); each starts at its committed offset."""

@@ -7,13 +7,13 @@ from the master, and re-checks tags on the client: the broker filters by tag has
 
 from __future__ import annotations
 
-from broker_runtime.client.api import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import PullResult
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.tag_filter import Subscription
 from broker_runtime.remoting.bodies import MASTER_ID
 from broker_runtime.remoting.headers import PullMessageRequestHeader
+from broker_runtime.remoting.protocol import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND
 
 
 class Puller:
@@ -47,6 +47,7 @@ class Puller:
                 commit_offset=commit_offset if commit and commit_offset is not None else -1,
                 suspend_timeout_millis=suspend_ms,
                 subscription=sub.expression,
+                expression_type=sub.expression_type,
                 client_id=self.instance.client_id,
             )
             return await self.instance.api.pull(addr, mq.broker, header, timeout_s)

@@ -1,7 +1,10 @@
-"""Tag subscription expressions: `*` or `TAGA || TAGB`, as RocketMQ's FilterAPI parses them.
+"""Subscription expressions, as RocketMQ's FilterAPI parses them: tags (`*` or
+`TAGA || TAGB`) or SQL92 over message properties (`MessageSelector.bySql`).
 
 The broker filters by the tag hash codes in the ConsumeQueue; two tags can share a hash, so
-the client checks the tag strings again (PullAPIWrapper.processPullResult).
+the client checks the tag strings again (PullAPIWrapper.processPullResult). A SQL92
+expression is compiled here when subscribing, so a bad one fails at once with its position
+(SqlFilterError); only the broker filters by it (its switch enable_property_filter).
 """
 
 from __future__ import annotations
@@ -9,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker_runtime.common.java_hash import tags_code
+from broker_runtime.common.sql_filter import compile_sql
 
 SUB_ALL = "*"
+TAG = "TAG"
+SQL92 = "SQL92"
 
 
 class SubscriptionError(ValueError):
@@ -23,6 +29,7 @@ class Subscription:
     expression: str  # normalised: "*" or "A || B"
     tags: frozenset[str]  # empty for "*"
     codes: frozenset[int]
+    expression_type: str = TAG
 
     @property
     def all(self) -> bool:
@@ -37,8 +44,13 @@ class Subscription:
         return not self.codes or code in self.codes
 
 
-def parse(topic: str, expression: str | None) -> Subscription:
-    """Parse `expression`; None, "" and "*" subscribe to every message."""
+def parse(topic: str, expression: str | None, expression_type: str = TAG) -> Subscription:
+    """Parse `expression`; as tags, None, "" and "*" subscribe to every message."""
+    if expression_type == SQL92:
+        compile_sql(expression or "")
+        return Subscription(topic, expression or "", frozenset(), frozenset(), SQL92)
+    if expression_type != TAG:
+        raise SubscriptionError(f"unknown expression type {expression_type!r} (TAG or SQL92)")
     text = (expression or "").strip()
     if text in ("", SUB_ALL):
         return Subscription(topic, SUB_ALL, frozenset(), frozenset())

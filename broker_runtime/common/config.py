@@ -125,6 +125,8 @@ class BrokerConfig:
     # Queue access lock (seed 001, DeFiBus mqAccessControlEnable): a queue's new owner may
     # pull once the old owner acked what it was delivered, left, or was idle this long.
     queue_access_lock: bool = False
+    # SQL92 subscriptions (MessageSelector.bySql) are refused unless this is on, as RocketMQ's.
+    enable_property_filter: bool = False  # enablePropertyFilter
     queue_lock_hold_timeout_ms: int = 30_000  # lockQueueTimeout
 
     def __post_init__(self) -> None:

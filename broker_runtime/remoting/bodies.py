@@ -116,6 +116,7 @@ class TopicRouteData:
 class SubscriptionData:
     topic: str
     sub_string: str = "*"
+    expression_type: str = "TAG"  # or SQL92
 
 
 @dataclass(slots=True)
@@ -145,7 +146,12 @@ class HeartbeatData:
                         "consumeType": c.consume_type,
                         "consumeFromWhere": c.consume_from_where,
                         "subscriptionDataSet": [
-                            {"topic": s.topic, "subString": s.sub_string} for s in c.subscriptions
+                            {
+                                "topic": s.topic,
+                                "subString": s.sub_string,
+                                "expressionType": s.expression_type,
+                            }
+                            for s in c.subscriptions
                         ],
                     }
                     for c in self.consumers
@@ -167,7 +173,11 @@ class HeartbeatData:
                         str(c.get("consumeType", "CONSUME_PASSIVELY")),
                         str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
                         [
-                            SubscriptionData(str(s["topic"]), str(s.get("subString", "*")))
+                            SubscriptionData(
+                                str(s["topic"]),
+                                str(s.get("subString", "*")),
+                                str(s.get("expressionType") or "TAG"),
+                            )
                             for s in c.get("subscriptionDataSet", [])
                         ],
                     )

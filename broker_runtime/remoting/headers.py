@@ -144,7 +144,8 @@ class PullMessageRequestHeader(Header):
     sys_flag: int = 0
     commit_offset: int = -1  # piggy-backed offset commit, as RocketMQ's FLAG_COMMIT_OFFSET
     suspend_timeout_millis: int = 0  # > 0: long polling
-    subscription: str = "*"  # tag expression: "*" or "TAGA || TAGB"
+    subscription: str | None = None  # with FLAG_SUBSCRIPTION: "*", "TAGA || TAGB" or SQL92
+    expression_type: str | None = None  # TAG or SQL92 (RocketMQ's ExpressionType)
     client_id: str | None = None
 
 

@@ -25,6 +25,7 @@ class RequestCode(IntEnum):
     GET_EARLIEST_MSG_STORETIME = 32
     VIEW_MESSAGE_BY_ID = 33
     HEART_BEAT = 34
+    CHECK_CLIENT_CONFIG = 46
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
     GET_CONSUMER_LIST_BY_GROUP = 38
@@ -47,6 +48,12 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
 
 
+# PullSysFlag bits of a pull's sysFlag.
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4  # the pull carries its subscription (else the heartbeat's counts)
+
+
 class ResponseCode(IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1
@@ -64,6 +71,8 @@ class ResponseCode(IntEnum):
     PULL_RETRY_IMMEDIATELY = 20
     PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206
 

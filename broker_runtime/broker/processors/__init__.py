@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.processors import admin, consumer, locks, pull, send, send_back
+from broker_runtime.broker.processors import (
+    admin,
+    client_config,
+    consumer,
+    locks,
+    pull,
+    send,
+    send_back,
+)
 from broker_runtime.remoting.protocol import RequestCode as C
 
 if TYPE_CHECKING:
@@ -23,6 +31,7 @@ def register_processors(ctl: BrokerController) -> None:
     q = admin.QueryProcessor(ctl)
     b = send_back.SendBackProcessor(ctl)
     lk = locks.LockProcessor(ctl)
+    cc = client_config.ClientConfigProcessor(ctl)
     for code, fn in (
         (C.SEND_MESSAGE, s.send),
         (C.SEND_BATCH_MESSAGE, s.send),
@@ -32,6 +41,7 @@ def register_processors(ctl: BrokerController) -> None:
         (C.UNLOCK_BATCH_MQ, lk.unlock_batch),
         (C.GET_ALL_DELAY_OFFSET, a.all_delay_offsets),
         (C.HEART_BEAT, c.heartbeat),
+        (C.CHECK_CLIENT_CONFIG, cc.check),
         (C.UNREGISTER_CLIENT, c.unregister_client),
         (C.GET_CONSUMER_LIST_BY_GROUP, c.consumer_list),
         (C.QUERY_CONSUMER_OFFSET, c.query_offset),

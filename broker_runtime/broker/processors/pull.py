@@ -12,16 +12,17 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.message_filter import TagFilter, parse_subscription
+from broker_runtime.broker.message_filter import SQL92, Subscription, parse_subscription
 from broker_runtime.broker.processors.pull_access import PullGate, pull_gate
 from broker_runtime.broker.pull_reader import GetResult, GetStatus, read_queue
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
+from broker_runtime.common.sql_filter import SqlFilterError
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.remoting.bodies import MASTER_ID
 from broker_runtime.remoting.command import RemotingCommand, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from broker_runtime.remoting.protocol import ResponseCode
+from broker_runtime.remoting.protocol import FLAG_SUBSCRIPTION, ResponseCode
 from broker_runtime.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -99,7 +100,9 @@ class PullProcessor:
             # On arrival, as RocketMQ (only the first, suspendable pass stores it): committed
             # after a long hold it would overwrite a newer UPDATE_CONSUMER_OFFSET.
             ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
-        flt = parse_subscription(h.subscription)
+        flt = self._subscription(cmd, h)
+        if isinstance(flt, RemotingCommand):
+            return flt
         store = ctl.require_store()
         suspend_ms = min(max(0, h.suspend_timeout_millis), cfg.max_suspend_ms)
         gate = pull_gate(ctl, h, conn)
@@ -121,13 +124,30 @@ class PullProcessor:
         finally:
             gate.ended(delivered)
 
+    def _subscription(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader
+    ) -> Subscription | RemotingCommand:
+        """The pull's own subscription (FLAG_SUBSCRIPTION), else the one the group's
+        heartbeat registered for the topic, as RocketMQ's PullMessageProcessor; or the
+        refusal to answer with."""
+        if h.sys_flag & FLAG_SUBSCRIPTION or h.subscription is not None:
+            expression, kind = h.subscription, h.expression_type
+        else:
+            info = self.ctl.consumers.groups.get(h.consumer_group)
+            sub = info.subscriptions.get(h.topic) if info is not None else None
+            if sub is None:
+                remark = f"the consumer's subscription not exist, group: {h.consumer_group}"
+                return response_to(cmd, R.SUBSCRIPTION_NOT_EXIST, remark)
+            expression, kind = sub.sub_string, sub.expression_type
+        return subscription_or_refusal(self.ctl, cmd, expression, kind)
+
     async def _read(
         self,
         cmd: RemotingCommand,
         conn: Connection,
         h: PullMessageRequestHeader,
         group: SubscriptionGroupConfig,
-        flt: TagFilter,
+        flt: Subscription,
         suspend_ms: int,
         gate: PullGate | None,
     ) -> tuple[RemotingCommand, int | None]:
@@ -186,3 +206,17 @@ class PullProcessor:
         )
         delivered = result.next_begin_offset if body else None
         return response_to(cmd, code, None, fields=out.fields(), body=body), delivered
+
+
+def subscription_or_refusal(
+    ctl: BrokerController, cmd: RemotingCommand, expression: str | None, kind: str | None
+) -> Subscription | RemotingCommand:
+    """A compiled subscription, or the answer RocketMQ gives: SQL92 while the broker's
+    enable_property_filter is off, or an expression that does not compile."""
+    if kind == SQL92 and not ctl.config.enable_property_filter:
+        remark = f"The broker does not support consumer to filter message by {kind}"
+        return response_to(cmd, R.SYSTEM_ERROR, remark)
+    try:
+        return parse_subscription(expression, kind)
+    except (SqlFilterError, ValueError) as exc:
+        return response_to(cmd, R.SUBSCRIPTION_PARSE_FAILED, f"subscription is illegal: {exc}")

@@ -44,7 +44,8 @@ def test_defaults_fill_in_and_errors_name_the_field() -> None:
         PullMessageRequestHeader.decode(cmd)
     cmd.ext_fields["queueOffset"] = "12"
     h = PullMessageRequestHeader.decode(cmd)
-    assert (h.queue_offset, h.max_msg_nums, h.subscription) == (12, 32, "*")
+    # No subscription in the pull: the broker takes the one the group's heartbeat registered.
+    assert (h.queue_offset, h.max_msg_nums, h.subscription) == (12, 32, None)
     cmd.ext_fields["maxMsgNums"] = "lots"
     with pytest.raises(HeaderError, match="'maxMsgNums' has a bad value"):
         PullMessageRequestHeader.decode(cmd)
