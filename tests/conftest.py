@@ -41,6 +41,7 @@ LONGEST_FIRST = (
     "tests/integration/test_demo.py",
     "tests/integration/test_audit_truth.py",
     "tests/dags/test_dag_runs.py",
+    "tests/dags/test_spark_cluster.py",
 )
 
 
