@@ -128,10 +128,13 @@ def build_spark(
     # Workers must run this interpreter (the one with the package and pyarrow installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app)
+    # Under spark-submit (its JVM hands this process a gateway) the submit's --master wins:
+    # the command line's default local[2] must not turn a cluster job into a local one.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
     builder = (
-        SparkSession.builder.appName(app)
-        .master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
