@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 DEMO_OUT ?= demo-out
 
-.PHONY: venv delta-jars system-deps interop-build interop demo test check bench lock clean
+.PHONY: venv delta-jars system-deps toxiproxy interop-build interop demo test check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -42,6 +42,19 @@ system-deps:
 	else \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
 	fi
+	@$(MAKE) --no-print-directory toxiproxy
+
+# Toxiproxy, the fault-injecting proxy of the replication tests (tests/fault_proxy.py): not in
+# Debian, so built from the Go module proxy into .venv/bin when `go` is installed.
+TOXIPROXY := $(VENV)/bin/toxiproxy-server
+TOXIPROXY_VERSION := v2.12.0
+toxiproxy:
+	@if [ -x $(TOXIPROXY) ]; then echo "toxiproxy present"; \
+	elif command -v go >/dev/null; then \
+	  tmp=$$(mktemp -d) && GOBIN=$$tmp go install \
+	    github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION) && \
+	  mkdir -p $(VENV)/bin && mv $$tmp/server $(TOXIPROXY) && rm -rf $$tmp; \
+	else echo "no go: toxiproxy not built (the replication fault tests will skip)"; fi
 
 demo: $(JARS_STAMP)
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
@@ -64,7 +77,16 @@ $(INTEROP_STAMP): tests/interop/pom.xml $(wildcard tests/interop/java/mqinterop/
 	  touch $(INTEROP_STAMP); \
 	else echo "java or mvn missing: the interop tests will skip (make system-deps installs maven)"; fi
 
-interop-build: $(INTEROP_STAMP)
+# Apache RocketMQ 5's broker and name server (tests/interop/rocketmq5/pom.xml): the test that
+# reads a store RocketMQ 5 wrote.
+INTEROP5_STAMP := tests/interop/rocketmq5/target/classpath.txt
+$(INTEROP5_STAMP): tests/interop/rocketmq5/pom.xml
+	@if command -v java >/dev/null && command -v mvn >/dev/null; then \
+	  mvn -q -o -f tests/interop/rocketmq5/pom.xml compile 2>/dev/null || mvn -q -f tests/interop/rocketmq5/pom.xml compile; \
+	  touch $(INTEROP5_STAMP); \
+	fi
+
+interop-build: $(INTEROP_STAMP) $(INTEROP5_STAMP)
 
 # The interop suite alone: Apache RocketMQ's own clients, mqadmin and broker against mqaudit's.
 interop: $(STAMP) interop-build
@@ -75,7 +97,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: $(JARS_STAMP)
+bench: $(JARS_STAMP) interop-build
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py

@@ -28,7 +28,7 @@ from audit_lake import T0, build_lake
 from ingest_bench import _cpu_seconds
 from pyspark.sql import SparkSession
 
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import table_path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 4.5
@@ -37,8 +37,8 @@ TARGET_RATIO = 4.5
 def time_audit(spark: SparkSession, lake: Path, n: int) -> dict[str, Any]:
     """One audit of the lake from scratch (its audit tables removed first: an audit that
     finds its tables unchanged writes nothing, and would time reads only)."""
-    from pipeline.audit_schemas import AUDIT_TABLES
     from pipeline.jobs.audit import run_audit
+    from pipeline.lake import AUDIT_TABLES
 
     for name in AUDIT_TABLES:
         shutil.rmtree(table_path(lake, name), ignore_errors=True)

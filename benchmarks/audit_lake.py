@@ -33,10 +33,11 @@ from broker_runtime.common.message import (
     offset_msg_id,
 )
 from broker_runtime.common.topics import SCHEDULE_TOPIC, dlq_topic, retry_topic
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.checkpoint import COMMITLOG, CONSUMEQUEUE
-from pipeline.jobs.ingest import table_path
+from pipeline.jobs.ingest_state import COMMITLOG, CONSUMEQUEUE
+from pipeline.lake import INGESTED_TABLES, table_path
+from pipeline.lake import TABLES as LAKE_TABLES
 from pipeline.transforms.messages import to_messages
 
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC: the largest lake stays within the day
@@ -188,7 +189,7 @@ def raw_messages(spark: SparkSession, n: int) -> DataFrame:
     )
     replicas = raw.sparkSession.range(2).select(F.col("id").cast("int").alias("broker_id"))
     extra = ["id", "n", "kind", "is_dup"]  # what the ledgers are derived from
-    return raw.crossJoin(F.broadcast(replicas)).select(*S.RAW_MESSAGE.fieldNames(), *extra)
+    return raw.crossJoin(F.broadcast(replicas)).select(*schemas.RAW_MESSAGE.fieldNames(), *extra)
 
 
 def deliveries(msgs: DataFrame) -> DataFrame:
@@ -341,14 +342,14 @@ def checkpoint(spark: SparkSession, n: int) -> DataFrame:
         for bid in (0, 1)
         for src in (COMMITLOG, CONSUMEQUEUE)
     ]
-    return spark.createDataFrame(rows, S.INGEST_CHECKPOINT)
+    return spark.createDataFrame(rows, schemas.INGEST_CHECKPOINT)
 
 
 def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
     """The ingested tables of `n` messages (skipped when already built with the tables'
     current columns); their row counts."""
     done = lake / "generated.json"
-    made = {"messages": n, "columns": {t: s.fieldNames() for t, s in S.TABLES.items()}}
+    made = {"messages": n, "columns": {t: s.fieldNames() for t, s in INGESTED_TABLES.items()}}
     if done.exists():
         before = json.loads(done.read_text())
         if {k: before.get(k) for k in made} == made:
@@ -366,9 +367,9 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         "ingest_checkpoint": checkpoint(spark, n),
     }
     rows = {}
-    for name, schema in S.TABLES.items():
+    for name, schema in INGESTED_TABLES.items():
         path = table_path(lake, name)
-        parts = S.PARTITIONS.get(name, ())
+        parts = LAKE_TABLES[name].partitions
         io.ensure_table(path, schema, parts)
         if name in tables:
             rows[name] = io.append(tables[name], path, schema, parts)

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pika
 import redis
@@ -86,6 +86,36 @@ def timed(send: Callable[[], None], per_call: int, producers: int, seconds: floa
         send()
         lat.append(time.perf_counter() - t)
     return len(lat) * per_call, start, time.time(), lat
+
+
+class Run(NamedTuple):
+    """One timed run of a case: messages acknowledged, its start and end (epoch seconds),
+    the latency of a send (a batch's send for a batch) at the 50th and 99th percentiles."""
+
+    messages: int
+    start: float
+    end: float
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def run_producers(fn: Callable[..., Timed], target: Any, producers: int, batch: int,
+                  size: int, seconds: float) -> Run:  # fmt: skip
+    """`fn(target, batch, size, producers, seconds)` in each of `producers` forked processes."""
+    new_start_line()
+    with mp.get_context("fork").Pool(producers) as pool:
+        results: list[Timed] = pool.starmap(
+            fn, [(target, batch, size, producers, seconds)] * producers
+        )
+    lat = sorted(x for r in results for x in r[3])
+    return Run(
+        sum(r[0] for r in results), results[0][1], max(r[2] for r in results),
+        lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000,
+    )  # fmt: skip
 
 
 # -- Redis Streams ----------------------------------------------------------------------------

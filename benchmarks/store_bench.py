@@ -1,4 +1,4 @@
-"""`make bench` (store part): the figures the store issue asks for, with their targets.
+"""`make bench` (store part): the store's figures, with their targets.
 
 Each case runs `mqaudit store bench` in a fresh directory and prints its JSON line; a table
 at the end sets each figure against its target. Targets are reported, never asserted. The

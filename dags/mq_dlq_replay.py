@@ -12,9 +12,10 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+from broker_runtime.common.constants import NAME_PATTERN
 from dags.settings import START, load_settings, spark_session, write_summary
 
-NAME = r"^[%|a-zA-Z0-9_-]{1,127}$"
+NAME = f"^{NAME_PATTERN}$"
 TIME = ["null", "integer", "string"]
 
 

@@ -14,16 +14,17 @@ from airflow.sdk import dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from dags.settings import (
-    INTERVAL_TEMPLATE,
     START,
     interval_key,
     load_settings,
     spark_session,
     spark_submit_enabled,
+    step_inputs,
+    step_templates,
     submitted,
-    var_template,
     write_summary,
 )
+from pipeline.steps import DLQ_REPORT
 
 DAG_ID = "mq_dlq_report"
 
@@ -40,19 +41,14 @@ DAG_ID = "mq_dlq_report"
 )
 def mq_dlq_report() -> None:
     if spark_submit_enabled():
-        out = var_template("mqaudit_reports") + f"/{DAG_ID}/{INTERVAL_TEMPLATE}"
-        submitted(
-            "dlq_report", ["dlq-report", "--lake", var_template("mqaudit_lake"), "--out", out]
-        )
+        submitted(DLQ_REPORT.name, DLQ_REPORT.argv(step_templates(DAG_ID)))
         return
 
     @task
     def dlq_report() -> dict[str, Any]:
-        from pipeline.reports.dlq_report import build_dlq_report
-
-        s = load_settings()
-        key = interval_key(get_current_context())
-        built = build_dlq_report(s.lake, s.reports / DAG_ID / key, spark=spark_session(s))
+        s, ctx = load_settings(), get_current_context()
+        key = interval_key(ctx)
+        built = DLQ_REPORT.run(step_inputs(s, DAG_ID, ctx), spark_session(s))
         path = write_summary(s, DAG_ID, key, {"interval_end": key, "report": built})
         print(f"dead-letter report: {built.get('html')} (CSV {built.get('csv')}); {path}")
         return {"summary": str(path), "report": built}

@@ -1,6 +1,6 @@
 """mq_retry_resend (Airflow DAG, every 15 minutes): resend what was never acknowledged.
 
-Takes the last audit's `resend_candidates` (seed 002 6.5.1), checks each stub again in the
+Takes the last audit's `resend_candidates`, checks each stub again in the
 live ledgers, resends the due ones through the producer client with their UNIQ_KEY, and
 updates each stub (send count + 1, next resend time backed off, the new offset once
 acknowledged). Stubs at the max send count (Variable mqaudit_max_send_count), or whose body

@@ -35,6 +35,7 @@ import pendulum
 BROKER_CONN = "mqaudit_broker"
 SPARK_CONN = "mqaudit_spark"
 START = pendulum.datetime(2024, 1, 1, tz="UTC")  # static: runs are never backfilled
+DOCS = "data-docs"  # Data Docs under REPORTS
 DEFAULTS: dict[str, str] = {
     "mqaudit_data_dir": "~/mqaudit/data",
     "mqaudit_lake": "~/mqaudit/lake",
@@ -124,7 +125,7 @@ def _namesrv(data_dir: Path, conn: Any | None) -> str | None:
             return str(extra["namesrv"])
         if conn.host:
             return f"{conn.host}:{conn.port or 9876}"
-    from broker_runtime.cli.client_args import namesrv_of_data_dir
+    from broker_runtime.cluster.layout import namesrv_of_data_dir
 
     try:
         return namesrv_of_data_dir(data_dir)
@@ -133,7 +134,11 @@ def _namesrv(data_dir: Path, conn: Any | None) -> str | None:
 
 
 def load_settings() -> Settings:
-    """Inside a task: every setting resolved (Variables, Connection, defaults)."""
+    """Inside a task: every setting resolved (Variables, Connection, defaults). The steps'
+    progress lines go to the task's stderr, as under the CLI."""
+    from broker_runtime.common.progress import show_progress
+
+    show_progress()
     data_dir = Path(variable("mqaudit_data_dir")).expanduser().resolve()
     conn = _broker_connection()
     try:
@@ -202,6 +207,39 @@ def submitted(task_id: str, args: list[str]) -> Any:
         name=f"mqaudit-{task_id}",
         conf={**delta_conf(), "spark.sql.session.timeZone": "UTC"},
     )
+
+
+def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
+    """The RunInputs of a DAG's pipeline steps run in-process (see step_templates)."""
+    from pipeline.steps import RunInputs
+
+    key = interval_key(ctx)
+    return RunInputs(
+        lake=settings.lake,
+        data_dir=settings.data_dir,
+        out=settings.reports / dag_id / key,
+        docs=settings.reports / DOCS,
+        run_name=f"{dag_id}-{key}",
+        as_of_ms=as_of_ms(ctx),
+        max_send_count=settings.max_send_count,
+        ledger_url=settings.ledger_url,
+        spark_master=settings.spark_master,
+    )
+
+
+def step_templates(dag_id: str) -> dict[str, str]:
+    """The same inputs as templates, for the command lines of submitted steps."""
+    reports = var_template("mqaudit_reports")
+    return {
+        "lake": var_template("mqaudit_lake"),
+        "data_dir": var_template("mqaudit_data_dir"),
+        "out": f"{reports}/{dag_id}/{INTERVAL_TEMPLATE}",
+        "docs": f"{reports}/{DOCS}",
+        "run_name": f"{dag_id}-{INTERVAL_TEMPLATE}",
+        "as_of_ms": AS_OF_TEMPLATE,
+        "max_send_count": var_template("mqaudit_max_send_count"),
+        "ledger_url": var_template("mqaudit_ledger_url"),
+    }
 
 
 def interval_key(ctx: Any) -> str:

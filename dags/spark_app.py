@@ -3,28 +3,15 @@
     spark-submit dags/spark_app.py <command> [options]
 
 Every command is a `mqaudit pipeline` command (ingest, validate, audit, report, dlq-report,
-resend, replay, run). A leading `~` in an argument is expanded (templated Variables may
-carry one). The in-process DAG tasks call the same step functions (`validate_ingested`,
-`gate_audits` from pipeline.jobs.run), so each step is one piece of code in both modes.
+resend, replay, run); the DAGs build each step's command line from pipeline.steps, so a
+submitted step runs the same code with the same inputs as the in-process task. A leading `~`
+in an argument is expanded (templated Variables may carry one).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
-
-_STEPS = ("gate_audits", "validate_ingested")
-
-
-def __getattr__(name: str) -> Any:
-    """The shared steps, imported on first use: Great Expectations takes seconds to load
-    and only the gate steps need it."""
-    if name in _STEPS:
-        from pipeline.jobs import run
-
-        return getattr(run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Great Expectations gates for the lakehouse tables: suites as code, run as checkpoints.
 
 `expectations.suites` holds one suite function per table with its parameter defaults,
-`expectations.context` the one GX Data Context of a run, `expectations.checkpoints` the
+`expectations.context` the one GX Data Context of a run, `expectations.gates` the
 gates (`run_gate`, `run_all_gates`, `GateFailed`) that DAG tasks and reports call.
 """
 

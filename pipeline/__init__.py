@@ -1,1 +1,1 @@
-"""The audit lakehouse: PySpark jobs over the broker files and ledgers (later issues)."""
+"""The audit lakehouse: PySpark jobs over the broker files and ledgers."""

@@ -1,4 +1,4 @@
-"""One explicit StructType per audit table (the audits' side of pipeline.schemas).
+"""One explicit StructType per audit and remediation table (the catalog: pipeline.lake).
 
 Every audit table starts with the finding columns `msg_id` (UNIQ_KEY; null where a row is not
 about one message), `group` (null where not per consumer group), `kind`, `cause` and `count`,
@@ -73,61 +73,15 @@ CONSISTENCY = struct_of(
     " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long"
 )
 
-# The replay ledger of the DLQ replay DAG (built in a later issue): read when present.
+# One row per stub a resend run acted on (see pipeline.remediation.resend_plan).
+RESEND_LOG = struct_of(
+    "run_id:str, msg_id:str, topic:str, action:str, reason:str, send_count:int,"
+    " next_resend_at:long, broker:str, queue_id:int, new_offset:long, ts:long"
+)
+
+# One row per replay event of the DLQ replay (see pipeline.remediation.replay_plan); the
+# audit reads it to mark dead letters replayed.
 DLQ_REPLAY_LOG = struct_of(
     "replay_id:str, msg_id:str, group:str, topic:str, status:str, reason:str,"
     " new_offset:long, ts:long"
 )
-
-AUDIT_TABLES: dict[str, StructType] = {
-    "audit_duplicates": AUDIT_DUPLICATES,
-    "audit_losses": AUDIT_LOSSES,
-    "audit_lag": AUDIT_LAG,
-    "audit_dead_letters": AUDIT_DEAD_LETTERS,
-    "resend_candidates": RESEND_CANDIDATES,
-    "manual_handling": MANUAL_HANDLING,
-    "consistency": CONSISTENCY,
-}
-
-# Kinds per table. Where the workload's truth.json has a kind, the audit uses its name.
-STORED_TWICE = "stored_twice"
-DELIVERED_TWICE = "delivered_twice"
-DUPLICATE_EFFECT = "duplicate_effect"  # two CONSUMED outcomes: processed twice, not just seen
-RETRIED_THEN_OK = "retried_then_ok"
-LOST_AFTER_ACK = "lost_after_ack"
-NEVER_DELIVERED = "never_delivered"
-EXPIRED_BEFORE_CONSUMED = "expired_before_consumed"
-DEAD_LETTERED = "dead_lettered"
-LAG = "lag"
-RESEND_DUE = "resend_due"
-MAX_SEND_COUNT = "max_send_count"
-CQ_WITHOUT_MESSAGE = "cq_without_message"
-OFFSET_REGRESSION = "offset_regression"
-QUEUE_OFFSET_GAP = "queue_offset_gap"
-
-# Why a message reached one group more than once (audit_duplicates.cause).
-RETRY_AFTER_FAILURE = "retry_after_failure"
-PRODUCER_RESEND = "producer_resend"
-REBALANCE_OVERLAP = "rebalance_overlap"
-REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
-OFFSET_NOT_COMMITTED = "offset_not_committed"
-
-# Why a message is lost (audit_losses.cause) or dead-lettered (audit_dead_letters.cause).
-ABSENT_FROM_COMMITLOG = "absent_from_commitlog"
-ABSENT_AFTER_DELIVERY = "absent_from_commitlog_after_delivery"
-OFFSET_PASSED_WITHOUT_DELIVERY = "offset_passed_without_delivery"
-FILE_DELETED_BEFORE_DELIVERY = "file_deleted_before_delivery"
-MAX_RECONSUME_TIMES = "max_reconsume_times"
-SENT_TO_DLQ_DIRECTLY = "sent_to_dlq_directly"
-
-LAG_STATUSES = ("OK", "WARN", "STALLED", "STOPPED")
-
-KINDS: dict[str, tuple[str, ...]] = {
-    "audit_duplicates": (STORED_TWICE, DELIVERED_TWICE, DUPLICATE_EFFECT, RETRIED_THEN_OK),
-    "audit_losses": (LOST_AFTER_ACK, NEVER_DELIVERED, EXPIRED_BEFORE_CONSUMED),
-    "audit_lag": (LAG,),
-    "audit_dead_letters": (DEAD_LETTERED,),
-    "resend_candidates": (RESEND_DUE,),
-    "manual_handling": (MAX_SEND_COUNT,),
-    "consistency": (CQ_WITHOUT_MESSAGE, OFFSET_REGRESSION, QUEUE_OFFSET_GAP),
-}

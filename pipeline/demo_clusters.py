@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.progress import reporter, show_progress
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.spark_session import build_spark
@@ -37,7 +38,7 @@ def audit_clusters(
     for data_dir in data_dirs:
         started = time.monotonic()
         lake = lakes / data_dir.name
-        print(f"cluster {data_dir.name}: ingest and audit into {lake}", file=sys.stderr)
+        reporter("clusters")(f"{data_dir.name}: ingest and audit into {lake}")
         ingested = run_ingest(data_dir, lake, spark)
         audited = run_audit(lake, spark)
         out[data_dir.name] = {
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spark-conf", default="{}", help="JSON object of Spark settings")
     parser.add_argument("data_dirs", type=Path, nargs="+")
     args = parser.parse_args(argv)
+    show_progress()
     result = audit_clusters(args.data_dirs, args.lakes, json.loads(args.spark_conf))
     args.out.write_text(json.dumps(result, indent=1))
     return 0

@@ -15,7 +15,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-TRUTH_KINDS = ("stored_twice", "delivered_twice", "lost_after_ack", "dead_lettered")
+from broker_runtime.common.findings import (
+    DEAD_LETTERED,
+    DELIVERED_TWICE,
+    DUPLICATE_EFFECT,
+    LOST_AFTER_ACK,
+    STORED_TWICE,
+)
+
+# The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
+COMPARED_KINDS = (STORED_TWICE, DELIVERED_TWICE, LOST_AFTER_ACK, DEAD_LETTERED)
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -70,7 +79,7 @@ def pick_replay_group(reports: Path, truth_path: Path) -> str | None:
     if not groups:
         for scenario in load_json(truth_path).get("scenarios", {}).values():
             for finding in scenario.get("findings", []):
-                if finding.get("kind") == "dead_lettered" and finding.get("group"):
+                if finding.get("kind") == DEAD_LETTERED and finding.get("group"):
                     groups[finding["group"]] += 1
     return groups.most_common(1)[0][0] if groups else None
 
@@ -110,7 +119,7 @@ def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
     for name, cluster in sorted(clusters.items()):
         kinds = cluster.get("kinds", {})
         lost = sum(sum(c.values()) for c in kinds.get("audit_losses", {}).values())
-        twice = sum(kinds.get("audit_duplicates", {}).get("duplicate_effect", {}).values())
+        twice = sum(kinds.get("audit_duplicates", {}).get(DUPLICATE_EFFECT, {}).values())
         if lost:
             out.append(f"{name}: {lost} lost message(s)")
         if twice:
@@ -120,7 +129,7 @@ def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
 
 def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
     found = {**audited["duplicates"], **audited["losses"]}
-    found["dead_lettered"] = audited["dead_letters"]["total"]
+    found[DEAD_LETTERED] = audited["dead_letters"]["total"]
     return found
 
 
@@ -149,7 +158,7 @@ def build_summary(
     truth = load_json(truth_path)
     expected = truth_counts(truth)
     got = _found(audited)
-    kinds = sorted(set(expected) | {k for k in TRUTH_KINDS if k in got or k in expected})
+    kinds = sorted(set(expected) | {k for k in COMPARED_KINDS if k in got or k in expected})
     check = {k: {"truth": expected.get(k, 0), "found": got.get(k, 0)} for k in kinds}
     for row in check.values():
         row["match"] = row["truth"] == row["found"]

@@ -1,4 +1,5 @@
-"""One explicit StructType per table (and per reader output); Arrow schemas are derived.
+"""One explicit StructType per ingested table (and per reader output); Arrow schemas are
+derived. The catalog (`pipeline.lake`) gives each table its name, partitioning, key and path.
 
 Timestamps are epoch milliseconds (int64, UTC) everywhere. Every field is nullable: Spark
 reads files back as nullable, so nullability is not part of the contract checked here.
@@ -63,15 +64,11 @@ MESSAGES = struct_of(
     " consumer_group:str, is_retry:bool, is_dlq:bool, is_scheduled:bool, delay_level:int,"
     " ingest_run:long, store_date:date"
 )
-MESSAGES_PARTITIONS = ["broker", "store_date"]
-MESSAGES_KEY = ["broker", "broker_id", "phys_offset"]
 
 CONSUME_QUEUE = struct_of(
     "broker:str, broker_id:int, topic:str, queue_id:int, queue_offset:long, phys_offset:long,"
     " size:int, tags_code:long, ingest_run:long"
 )
-CONSUME_QUEUE_PARTITIONS = ["broker"]
-CONSUME_QUEUE_KEY = ["broker", "broker_id", "topic", "queue_id", "queue_offset"]
 
 # max_offset / min_offset: the queue's bounds at snapshot time (getMaxOffsetInQueue and
 # getMinOffsetInQueue). min_offset came later: it is last so that older tables take it as
@@ -80,21 +77,18 @@ CONSUMER_OFFSETS = struct_of(
     "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str, queue_id:int,"
     " committed_offset:long, max_offset:long, ingest_run:long, min_offset:long"
 )
-CONSUMER_OFFSETS_KEY = ["broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"]
 
-# The ledgers, as the broker's ledger schema defines them (see the BRIEF's shared contract).
+# The ledgers, as the broker's ledger schema (broker_runtime.ledger.schema) defines them.
 MESSAGE_STUB = struct_of(
     "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, status:str, send_count:int,"
     " broker:str, queue_id:int, queue_offset:long, next_resend_at:long, created_at:long,"
     " updated_at:long"
 )
-MESSAGE_STUB_KEY = ["msg_id"]
 
 MESSAGE_LOG = struct_of(
     "id:long, msg_id:str, topic:str, group:str, client_id:str, broker:str, queue_id:int,"
     " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long"
 )
-MESSAGE_LOG_KEY = ["id"]
 
 # Bytes that could not be parsed. `final` is false for a damaged tail at the end of the
 # written log: the next run looks at it again (it may have been a write in flight).
@@ -102,29 +96,14 @@ QUARANTINE = struct_of(
     "broker:str, broker_id:int, file:str, position:long, log_offset:long, length:long,"
     " reason:str, detail:str, final:bool, first_run:long"
 )
-QUARANTINE_KEY = ["broker", "broker_id", "log_offset", "reason"]
 
 # One row per broker and source per run step: `planned` rows are written before any data
-# table, `done` rows after all of them (see pipeline.jobs.checkpoint).
+# table, `done` rows after all of them (see pipeline.jobs.ingest_state).
 INGEST_CHECKPOINT = struct_of(
     "run:long, status:str, broker:str, broker_id:int, store_dir:str, source:str,"
     " start_offset:long, plan_end:long, next_offset:long, rows:long, quarantined:long,"
     " created_at:long"
 )
-
-TABLES: dict[str, StructType] = {
-    "messages": MESSAGES,
-    "consume_queue": CONSUME_QUEUE,
-    "consumer_offsets": CONSUMER_OFFSETS,
-    "message_stub": MESSAGE_STUB,
-    "message_log": MESSAGE_LOG,
-    "quarantine": QUARANTINE,
-    "ingest_checkpoint": INGEST_CHECKPOINT,
-}
-PARTITIONS: dict[str, list[str]] = {
-    "messages": MESSAGES_PARTITIONS,
-    "consume_queue": CONSUME_QUEUE_PARTITIONS,
-}
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

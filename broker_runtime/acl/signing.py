@@ -16,11 +16,14 @@ from broker_runtime.remoting.command import RemotingCommand, wire_fields
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll's, added to QUERY_MESSAGE after signing
+_UNSIGNED = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
 
 
 def combine_request_content(fields: dict[str, str], body: bytes) -> bytes:
-    """AclUtils.combineRequestContent over already-stringified fields."""
-    text = "".join(v for k, v in sorted(fields.items()) if k != SIGNATURE)
+    """AclUtils.combineRequestContent over already-stringified fields. The Java client signs
+    its header's fields, not QUERY_MESSAGE's extra `_UNIQUE_KEY_QUERY`: the broker skips it."""
+    text = "".join(v for k, v in sorted(fields.items()) if k not in _UNSIGNED)
     return text.encode() + body
 
 

@@ -47,8 +47,9 @@ def resources(cmd: RemotingCommand) -> list[Resource]:
     """What a request touches and the permission it needs on each (PlainAccessValidator.parse)."""
     f = cmd.ext_fields
     code = cmd.code
-    if code in (C.SEND_MESSAGE, C.SEND_BATCH_MESSAGE):
-        return _topic(f.get("topic"), PUB)
+    if code in (C.SEND_MESSAGE, C.SEND_BATCH_MESSAGE, C.SEND_MESSAGE_V2):
+        # SEND_MESSAGE_V2 and the Java client's batches name the topic "b"
+        return _topic(f.get("b") if "b" in f else f.get("topic"), PUB)
     if code == C.CONSUMER_SEND_MSG_BACK:
         return _group(f.get("group"))
     if code in (C.PULL_MESSAGE, C.UPDATE_CONSUMER_OFFSET, C.QUERY_CONSUMER_OFFSET):

@@ -18,6 +18,8 @@ class ClientChannel:
     client_id: str
     conn: Hashable
     last_update_ms: int
+    language: str = "OTHER"  # the heartbeat's LanguageCode and version (ClientChannelInfo)
+    version: int = 0
 
 
 @dataclass(slots=True)
@@ -34,7 +36,15 @@ class ConsumerManager:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
 
-    def register(self, client_id: str, conn: Hashable, data: ConsumerData, now_ms: int) -> bool:
+    def register(
+        self,
+        client_id: str,
+        conn: Hashable,
+        data: ConsumerData,
+        now_ms: int,
+        language: str = "OTHER",
+        version: int = 0,
+    ) -> bool:
         """A heartbeat from `client_id`; True if the group's members or subscriptions changed."""
         info = self.groups.get(data.group_name)
         if info is None:
@@ -43,7 +53,7 @@ class ConsumerManager:
         info.message_model = data.message_model
         info.consume_from_where = data.consume_from_where
         old = info.channels.get(client_id)
-        info.channels[client_id] = ClientChannel(client_id, conn, now_ms)
+        info.channels[client_id] = ClientChannel(client_id, conn, now_ms, language, version)
         subs = {s.topic: s for s in data.subscriptions}
         changed = old is None or old.conn is not conn or subs != info.subscriptions
         info.subscriptions = subs
@@ -82,6 +92,10 @@ class ConsumerManager:
     def client_ids(self, group: str) -> list[str]:
         info = self.groups.get(group)
         return sorted(info.channels) if info else []
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """The groups subscribed to `topic` (queryTopicConsumeByWho)."""
+        return {g for g, info in self.groups.items() if topic in info.subscriptions}
 
     def connections(self, group: str) -> list[Hashable]:
         info = self.groups.get(group)

@@ -14,20 +14,29 @@ from broker_runtime.acl.accounts import Account, admin_account, load_accounts
 from broker_runtime.acl.signing import sign_command
 from broker_runtime.acl.validator import AclValidator
 from broker_runtime.broker.consumer_manager import ConsumerManager
+from broker_runtime.broker.damaged_units import DamagedUnits
 from broker_runtime.broker.long_polling import PullHoldService
 from broker_runtime.broker.queue_access import QueueAccessLocks
 from broker_runtime.broker.rebalance_lock import RebalanceLockManager
 from broker_runtime.broker.schedule import ScheduleService
+from broker_runtime.broker.stats import BrokerStats
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
-from broker_runtime.broker.topic_config import MAX_QUEUES, TopicConfig, TopicConfigManager
+from broker_runtime.broker.topic_config import (
+    MAX_QUEUES,
+    PERM_RW,
+    TopicConfig,
+    TopicConfigManager,
+)
+from broker_runtime.broker.transactions import TransactionService
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.config import BrokerConfig, BrokerRole, FlushMode
 from broker_runtime.common.delay import to_schedule
 from broker_runtime.common.message import Message
+from broker_runtime.common.topics import AUTO_CREATE_TOPIC
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
-from broker_runtime.remoting.bodies import PERM_READ
+from broker_runtime.remoting.bodies import PERM_INHERIT, PERM_READ
 from broker_runtime.remoting.client import RemotingClient
 from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.protocol import ResponseCode
@@ -45,15 +54,21 @@ class BrokerController:
         self.role = config.role
         self.store: MessageStore | None = None
         self.topics = TopicConfigManager(config.store.store_dir)
+        if config.auto_create_topic:  # the route clients send a new topic by (TopicConfigManager)
+            n = config.default_queue_nums
+            self.topics.add_system(TopicConfig(AUTO_CREATE_TOPIC, n, n, PERM_RW | PERM_INHERIT))
         self.groups = SubscriptionGroupManager(
             config.store.store_dir,
             config.auto_create_subscription_group,
             config.max_reconsume_times,
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
+        self.damaged = DamagedUnits(config.store.store_dir)
         self.consumers = ConsumerManager()
+        self.stats = BrokerStats(self.clock.now_ms())
         self.delay_levels = config.store.delay_levels()
         self.schedule: ScheduleService | None = None  # masters only, once the store is open
+        self.transactions = TransactionService(self)
         self.order_locks = RebalanceLockManager(config.rebalance_lock_max_live_ms)
         self.access: QueueAccessLocks | None = (
             QueueAccessLocks(config.queue_lock_hold_timeout_ms)
@@ -113,11 +128,14 @@ class BrokerController:
         store.dispatcher.listeners.append(self.hold.on_dispatched)
         register_processors(self)
         await self.server.start()
+        secret = self.replication_secret()
+        if secret is None:
+            log.warning("the HA link is not authenticated (no ACL, no ha_secret_file)")
         if self.is_master:
-            self.ha_master = HAMasterService(store, self.config)
+            self.ha_master = HAMasterService(store, self.config, secret)
             await self.ha_master.start()
         else:
-            self.ha_slave = HASlaveClient(store, self.config, lambda: self.master_ha_addr)
+            self.ha_slave = HASlaveClient(store, self.config, lambda: self.master_ha_addr, secret)
             self.ha_slave.start()
         for coro in background_tasks(self):
             self.spawn(coro)
@@ -127,6 +145,8 @@ class BrokerController:
             )
             every = self.config.delay_offset_persist_interval_ms
             self.spawn(self.schedule.run(self.put_back, every))
+            self.transactions.ensure_topics()
+        self.spawn(self.transactions.run())
         self.started = True
         log.info(
             "broker %s (%s) serving on %s, HA %s",
@@ -191,6 +211,7 @@ class BrokerController:
         store = self.require_store()
         levels = self.delay_levels
         msgs = [to_schedule(m, levels) for m in msgs]
+        self.stats.on_put(len(msgs))
         if self.config.store.flush is FlushMode.SYNC:
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self.executor, store.put_messages, msgs)
@@ -235,10 +256,13 @@ class BrokerController:
         return cfg
 
     def topic_for_send(self, topic: str, queue_nums: int | None = None) -> TopicConfig | None:
-        """The topic's config, created with the defaults if auto-create is on."""
+        """The topic's config, created if auto-create is on: with `queue_nums` queues (the
+        client's defaultTopicQueueNums), at most the broker's default_queue_nums."""
         cfg = self.topics.get(topic)
         if cfg is None and self.config.auto_create_topic and self.is_master:
-            n = queue_nums or self.config.default_queue_nums
+            n = self.config.default_queue_nums  # the AUTO_CREATE_TOPIC's queues
+            if queue_nums is not None:  # createTopicInSendMessageMethod: the client's wish
+                n = max(1, min(queue_nums, n))
             cfg = TopicConfig(topic, n, n)
             self.topics.put(cfg)
             log.info("topic %s auto-created with %d queues", topic, n)
@@ -259,6 +283,16 @@ class BrokerController:
             return None
         n = min(max(*held, queue_id) + 1, MAX_QUEUES)
         return TopicConfig(topic, n, n, PERM_READ)
+
+    def replication_secret(self) -> bytes | None:
+        """What slaves prove to their master: ha_secret_file, else the ACL admin's secret."""
+        if self.config.ha_secret_file is not None:
+            secret = self.config.ha_secret_file.read_bytes().strip()
+            if not secret:
+                raise ValueError(f"{self.config.ha_secret_file} is empty")
+            return secret
+        account = admin_account(self.accounts) if self.config.acl_enable else None
+        return account.secret_key.encode() if account is not None else None
 
     # -- calls out --------------------------------------------------------------------------
 

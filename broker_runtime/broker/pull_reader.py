@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from broker_runtime.broker.damaged_units import DamagedUnit, DamagedUnits, unit_damage
 from broker_runtime.broker.message_filter import Subscription
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.consume_queue import CqEntry
 from broker_runtime.store.message_store import MessageStore
 
-BLANK_SIZE = 0x7FFFFFFF
 FILTER_SCAN_LIMIT = 4096  # ConsumeQueue entries one filtered pull looks at, at most
 
 
@@ -27,6 +27,7 @@ class GetStatus(StrEnum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    DAMAGED_UNIT = "DAMAGED_UNIT"  # mqaudit's: the next unit is damaged and not skipped
 
 
 @dataclass(slots=True)
@@ -50,10 +51,14 @@ def read_queue(
     max_bytes: int,
     correct_offset: bool,
     slave_lag_bytes: int,
+    damaged: DamagedUnits | None = None,
 ) -> GetResult:
-    """Up to `max_nums` matching CommitLog units of a queue, from queue offset `offset`."""
-    cq = store.consume_queue(topic, queue_id)
-    lo, hi = cq.min_queue_offset, cq.max_offset
+    """Up to `max_nums` matching CommitLog units of a queue, from queue offset `offset`.
+
+    With `damaged`, each unit is checked as a consumer checks it: the read stops before a
+    damaged unit (DAMAGED_UNIT when it is the first) unless an operator skipped it.
+    """
+    lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
 
     def corrected(new: int) -> int:
         return new if correct_offset else offset
@@ -75,17 +80,25 @@ def read_queue(
     next_offset = offset
     last_phys = -1
     removed = 0
-    entries: list[CqEntry] = cq.entries(offset, min(scan, hi - offset))
+    stopped = False
+    entries: list[CqEntry] = store.queue_entries(topic, queue_id, offset, min(scan, hi - offset))
     for e in entries:
         if len(units) >= max_nums or (units and size + e.size > max_bytes):
             break
         next_offset = e.queue_offset + 1
-        if e.size == BLANK_SIZE or not flt.code_matches(e.tags_code):
+        if e.blank or not flt.code_matches(e.tags_code):
             continue
-        raw = store.commit_log.read(e.phys_offset, e.size)
+        raw = store.unit_at(e.phys_offset, e.size)
         if raw is None:  # the log file under this entry expired
             removed += 1
             continue
+        why = None if damaged is None else unit_damage(raw, e.phys_offset)
+        if why is not None:
+            unit = DamagedUnit(topic, queue_id, e.queue_offset, e.phys_offset, e.size, why)
+            if damaged is not None and damaged.skipped(unit):
+                continue
+            next_offset, stopped = e.queue_offset, True
+            break
         if not flt.matches_all and not flt.unit_matches(codec.decode(raw)):
             continue  # a tag hash collision, or properties the expression does not take
         units.append(raw)
@@ -93,7 +106,9 @@ def read_queue(
         last_phys = e.phys_offset
     if units:
         status = GetStatus.FOUND
+    elif stopped:
+        status = GetStatus.DAMAGED_UNIT
     else:
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MSG
-    lag = store.commit_log.max_offset - last_phys if last_phys >= 0 else 0
+    lag = store.log_max_offset - last_phys if last_phys >= 0 else 0
     return GetResult(status, next_offset, lo, hi, units, suggest_slave=lag > slave_lag_bytes)

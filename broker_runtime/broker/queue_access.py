@@ -1,4 +1,4 @@
-"""The queue access lock (seed 001, DeFiBus's ConsumeQueueAccessLockManager). No I/O.
+"""The queue access lock (DeFiBus's ConsumeQueueAccessLockManager). No I/O.
 
 Off by default. When on, a master lets one client of a group pull a queue at a time: the
 holder. Another client (the queue's new owner after a rebalance, or a second owner when
@@ -8,7 +8,7 @@ holder has left the group, or the holder has been idle for `hold_timeout_ms` (no
 its own running or started in that time). Then the lock moves to the new client.
 
 RocketMQ keeps no such lock: there the new owner pulls at once from the committed offset
-and gets again what the old owner had been delivered but not acked (seed 002, 2.3).
+and gets again what the old owner had been delivered but not acked (2.3).
 """
 
 from __future__ import annotations

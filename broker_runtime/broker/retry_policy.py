@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from broker_runtime.common.constants import FIRST_RETRY_LEVEL, MAX_RECONSUME_TIMES
 from broker_runtime.common.delay import DEFAULT_DELAY_LEVELS, DelayLevels
 from broker_runtime.common.message import (
     DELAY,
@@ -25,10 +26,8 @@ from broker_runtime.common.message import (
 )
 from broker_runtime.common.topics import dlq_topic, retry_topic, validate_group
 
-DEFAULT_MAX_RECONSUME_TIMES = 16
 BROKER_CHOOSES_DELAY = 0  # ConsumeConcurrentlyContext.delayLevelWhenNextConsume
 STRAIGHT_TO_DLQ = -1
-FIRST_RETRY_LEVEL = 3  # delay level of the first retry: 3 + reconsumeTimes
 RETRY_QUEUE_NUMS = 1  # SubscriptionGroupConfig.retryQueueNums
 DLQ_QUEUE_NUMS = 1  # DLQ_NUMS_PER_GROUP
 _MAX_LEVEL = DelayLevels.parse(DEFAULT_DELAY_LEVELS).max_level
@@ -51,7 +50,7 @@ class SendBackDecision:
 def decide_send_back(
     group: str,
     reconsume_times: int,
-    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    max_reconsume_times: int = MAX_RECONSUME_TIMES,
     delay_level: int = BROKER_CHOOSES_DELAY,
     max_delay_level: int = _MAX_LEVEL,
 ) -> SendBackDecision:

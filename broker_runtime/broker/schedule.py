@@ -28,11 +28,10 @@ from broker_runtime.common.delay import (
     DelayLevels,
     from_schedule,
     queue_id_of_level,
-    read_delay_offsets,
-    write_delay_offsets,
 )
 from broker_runtime.common.message import Message
 from broker_runtime.common.topics import SCHEDULE_TOPIC
+from broker_runtime.offsets.delay_offsets import read_delay_offsets, write_delay_offsets
 from broker_runtime.store.message_store import FlushTimeout, MessageStore, StoreUnavailable
 from broker_runtime.store.record_codec import MessageRejected
 
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 IDLE_MS = 100  # DELAY_FOR_A_WHILE: nothing due, look again this soon for new arrivals
 RETRY_MS = 10_000  # DELAY_FOR_A_PERIOD: a put that failed is tried again after this
 BATCH = 256  # due messages put back in one store call (one fsync under SYNC_FLUSH)
-BLANK_SIZE = 0x7FFFFFFF
 
 Put = Callable[[list[Message]], Awaitable[object]]
 
@@ -104,9 +102,8 @@ class ScheduleService:
         out = Due(level, offset)
         if hi <= offset:
             return out
-        cq = self.store.consume_queue(SCHEDULE_TOPIC, qid)
-        for e in cq.entries(offset, limit):
-            if e.size == BLANK_SIZE:
+        for e in self.store.queue_entries(SCHEDULE_TOPIC, qid, offset, limit):
+            if e.blank:
                 out.next_offset = e.queue_offset + 1
                 continue
             due_at = self.levels.correct_deliver_at(level, e.tags_code, now)

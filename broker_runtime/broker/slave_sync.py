@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from broker_runtime.broker.subscription_groups import SubscriptionGroupManager
 from broker_runtime.broker.topic_config import TopicConfigManager
-from broker_runtime.common.delay import read_delay_offsets, write_delay_offsets
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
+from broker_runtime.offsets.delay_offsets import read_delay_offsets, write_delay_offsets
 from broker_runtime.remoting.bodies import BodyError, decode_json
 from broker_runtime.remoting.command import RemotingCommand, request
 from broker_runtime.remoting.protocol import RequestCode, ResponseCode

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.broker.topic_config import DataVersion
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.common.topics import validate_group
 from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup, write_atomic
 
@@ -17,7 +18,7 @@ class SubscriptionGroupConfig:
     consume_enable: bool = True
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
-    retry_max_times: int = 16
+    retry_max_times: int = MAX_RECONSUME_TIMES
     broker_id: int = 0  # where to pull from normally
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
@@ -62,7 +63,7 @@ class SubscriptionGroupConfig:
 
 class SubscriptionGroupManager:
     def __init__(
-        self, store_dir: Path, auto_create: bool = True, retry_max_times: int = 16
+        self, store_dir: Path, auto_create: bool = True, retry_max_times: int = MAX_RECONSUME_TIMES
     ) -> None:
         self.path = Path(store_dir) / "config" / "subscriptionGroup.json"
         self.auto_create = auto_create

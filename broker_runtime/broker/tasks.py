@@ -1,4 +1,5 @@
-"""The broker's periodic work: registration, offset persistence, client expiry, slave sync."""
+"""The broker's periodic work: registration, offset persistence, client expiry, slave sync,
+the rate samples."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 def background_tasks(ctl: BrokerController) -> list[Coroutine[Any, Any, None]]:
     tasks = [_register_loop(ctl), _persist_offsets_loop(ctl), _expire_clients_loop(ctl)]
+    tasks.append(_stats_loop(ctl))
     if not ctl.is_master:
         tasks.append(_slave_sync_loop(ctl))
     return tasks
@@ -65,3 +67,9 @@ async def _slave_sync_loop(ctl: BrokerController) -> None:
             await sync_from_master(ctl, ctl.master_addr)
         except Exception as e:  # the master may be down: the slave keeps what it has
             log.info("sync from master %s failed: %s", ctl.master_addr, e)
+
+
+async def _stats_loop(ctl: BrokerController) -> None:
+    while True:
+        ctl.stats.sample(ctl.clock.now_ms())
+        await asyncio.sleep(1.0)

@@ -112,6 +112,11 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def add_system(self, cfg: TopicConfig) -> None:
+        """A topic the broker always has (RocketMQ's TopicConfigManager constructor): kept when
+        topics.json holds it already, not written until the table is."""
+        self.table.setdefault(cfg.topic_name, cfg)
+
     def put(self, cfg: TopicConfig) -> None:
         """Create or update a topic and persist the table."""
         self.table[cfg.topic_name] = cfg

@@ -7,16 +7,11 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker_runtime.cli.client_args import (
-    add_target,
-    client_config,
-    format_ms,
-    parse_time_ms,
-    print_table,
-)
+from broker_runtime.cli.client_args import add_target, client_config, print_table
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.model import MQClientError, ReceivedMessage
 from broker_runtime.common import aio
+from broker_runtime.common.clock import format_ms, parse_time_ms
 from broker_runtime.remoting.connection import RemotingError
 
 BODY_SHOWN = 256

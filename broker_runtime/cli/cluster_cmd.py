@@ -11,6 +11,7 @@ from pathlib import Path
 
 from broker_runtime.cluster import supervisor as sv
 from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.cluster.status import status as cluster_status
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,7 +110,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    report = sv.status(ClusterLayout.load(args.data_dir))
+    report = cluster_status(ClusterLayout.load(args.data_dir))
     print(json.dumps(report, indent=2))
     return 0 if report["ok"] else 1
 

@@ -1,25 +1,36 @@
 """`mqaudit consume`: consume a topic as a group member until `--count` messages arrived or
 none arrived for `--timeout` seconds; the last stdout line is
-`{"consumed": .., "unique": ..}` (deliveries, and distinct message ids among them)."""
+`{"consumed": .., "unique": ..}` (deliveries, and distinct message ids among them).
+
+Exit 1, with the reason on stderr and in the summary, when a broker refused the consumer
+(`"refused"`: ACL) or when it stopped with messages left in queues it could not read past
+(`"stuck"`: queue, offset, the queue's max offset and the last pull error)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config, parse_time_ms
+from broker_runtime.cli.client_args import add_target, client_config
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_base import ConsumerBase
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import (
     ConsumeFromWhere,
     ConsumeStatus,
     MessageModel,
+    MQClientError,
     ReceivedMessage,
 )
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.common import aio
+from broker_runtime.common.clock import parse_time_ms
+from broker_runtime.common.progress import Count, counter
 
 FROM = {
     "first": ConsumeFromWhere.FIRST_OFFSET,
@@ -56,10 +67,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=cmd_consume)
 
 
-async def consume(args: argparse.Namespace) -> dict[str, int]:
+async def stuck_queues(consumer: ConsumerBase) -> list[dict[str, Any]]:
+    """Queues this consumer owns whose messages it has not consumed to the end."""
+    stuck = []
+    for mq in sorted(consumer.pq_table):
+        offset = consumer.offset_store.table.get(mq)
+        error = consumer.pull_errors.get(mq)
+        try:
+            high = await consumer.max_offset(mq)
+        except Exception as e:
+            high, error = -1, f"max offset unknown: {e}"
+        if high < 0 or (offset is not None and offset < high):
+            where = f"{mq.topic}@{mq.broker}:{mq.queue_id}"
+            stuck.append(
+                {"queue": where, "offset": offset, "max_offset": high, "last_error": error}
+            )
+    return stuck
+
+
+async def consume(args: argparse.Namespace) -> dict[str, Any]:
+    with counter("consumed", args.count) as progress:
+        return await _consume(args, progress)
+
+
+async def _consume(args: argparse.Namespace, progress: Count) -> dict[str, Any]:
     seen: set[str] = set()
     counts = {"consumed": 0, "unique": 0}
-    progress = Progress()
     enough = asyncio.Event()
     last_arrival = [time.monotonic()]
 
@@ -71,7 +104,7 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
         last_arrival[0] = time.monotonic()
         if args.count is not None and counts["consumed"] >= args.count:
             enough.set()
-        progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+        progress.update(counts["consumed"], f"unique {counts['unique']}")
         return ConsumeStatus.CONSUME_SUCCESS
 
     offsets_dir = args.offsets_dir
@@ -81,28 +114,40 @@ async def consume(args: argparse.Namespace) -> dict[str, int]:
         client_config(args),
         args.group,
         listener,
-        message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
-        consume_from=FROM[args.consume_from],
-        consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+        options=ConsumerOptions(
+            message_model=MessageModel.BROADCASTING if args.broadcast else MessageModel.CLUSTERING,
+            consume_from=FROM[args.consume_from],
+            consume_timestamp_ms=parse_time_ms(args.timestamp) if args.timestamp else None,
+            offsets_dir=offsets_dir,
+            suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
+        ),
         threads=args.threads,
-        offsets_dir=offsets_dir,
-        suspend_ms=min(15_000, max(1000, int(args.timeout * 500))),
     )
     if args.sql is not None:
         consumer.subscribe(args.topic, args.sql, "SQL92")
     else:
         consumer.subscribe(args.topic, args.tags)
-    await consumer.start()
+    try:
+        await consumer.start()
+    except MQClientError as e:
+        return {**counts, "refused": str(e)}
+    outcome: dict[str, Any] = {}
     try:
         while not enough.is_set() and time.monotonic() - last_arrival[0] < args.timeout:
+            if consumer.instance.api.refused is not None:  # e.g. permissions changed since
+                outcome["refused"] = str(consumer.instance.api.refused)
+                break
             try:
                 await asyncio.wait_for(enough.wait(), 0.2)
             except TimeoutError:
-                progress.update(f"consumed {counts['consumed']} unique {counts['unique']}")
+                progress.update(counts["consumed"], f"unique {counts['unique']}")
+        if not enough.is_set() and not outcome:
+            stuck = await stuck_queues(consumer)
+            if stuck:
+                outcome["stuck"] = stuck
     finally:
         await consumer.shutdown(grace_s=5.0)
-    progress.done(f"consumed {counts['consumed']} unique {counts['unique']}")
-    return counts
+    return {**counts, **outcome}
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -112,6 +157,15 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise ValueError("--timeout and --threads must be positive")
     if args.consume_from == "timestamp" and args.timestamp is None:
         raise ValueError("--from timestamp needs --timestamp")
-    counts = aio.run(consume(args))
-    print(json.dumps(counts))
-    return 0
+    summary = aio.run(consume(args))
+    print(json.dumps(summary))
+    if "refused" in summary:
+        print(f"mqaudit: the broker refused this consumer: {summary['refused']}", file=sys.stderr)
+        return 1
+    for q in summary.get("stuck", []):
+        print(
+            f"mqaudit: queue {q['queue']} stuck at offset {q['offset']} of {q['max_offset']}: "
+            f"{q['last_error'] or 'nothing arrived'}",
+            file=sys.stderr,
+        )
+    return 1 if "stuck" in summary else 0

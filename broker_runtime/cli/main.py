@@ -20,6 +20,7 @@ from broker_runtime.cli import (
     store_cmd,
     workload_cmd,
 )
+from broker_runtime.common.progress import show_progress
 from broker_runtime.common.topics import InvalidNameError
 from broker_runtime.store.record_codec import MessageRejected
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    show_progress(quiet=getattr(args, "quiet", False))
     try:
         code: int = args.func(args)
     except (FileExistsError, InvalidNameError, MessageRejected, ValueError) as e:

@@ -1,5 +1,7 @@
 """`mqaudit produce`: send N messages to a topic; the last stdout line is
-`{"sent": .., "failed": ..}`."""
+`{"sent": .., "failed": .., "statuses": {"SEND_OK": .., ...}}`: messages the broker stored,
+messages it did not, and the stored ones by send status. Exit 1 unless every one is SEND_OK
+(FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are stored on the master only)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import argparse
 import asyncio
 import json
 import logging
+from collections import Counter
+from typing import Any
 
-from broker_runtime.cli.client_args import Progress, add_target, client_config
-from broker_runtime.client.model import MQClientError, new_message
+from broker_runtime.cli.client_args import add_target, client_config
+from broker_runtime.client.model import MQClientError, SendStatus, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.common import aio
 from broker_runtime.common.message import Message
+from broker_runtime.common.progress import Count, counter
 from broker_runtime.remoting.connection import RemotingError
 
 log = logging.getLogger(__name__)
@@ -47,9 +52,14 @@ def message_of(args: argparse.Namespace, i: int) -> Message:
     )
 
 
-async def produce(args: argparse.Namespace) -> dict[str, int]:
+async def produce(args: argparse.Namespace) -> dict[str, Any]:
+    with counter("sent", args.count) as progress:
+        return await _produce(args, progress)
+
+
+async def _produce(args: argparse.Namespace, progress: Count) -> dict[str, Any]:
     counts = {"sent": 0, "failed": 0}
-    progress = Progress()
+    statuses: Counter[str] = Counter()
     next_i = iter(range(args.count))
     producer = Producer(client_config(args), args.group)
     await producer.start()
@@ -62,30 +72,28 @@ async def produce(args: argparse.Namespace) -> dict[str, int]:
             msgs = [message_of(args, i) for i in chunk]
             try:
                 if len(msgs) == 1:
-                    await producer.send(msgs[0])
+                    result = await producer.send(msgs[0])
                 else:
-                    await producer.send_batch(msgs)
+                    result = await producer.send_batch(msgs)
                 counts["sent"] += len(msgs)
+                statuses[result.status.value] += len(msgs)
             except (MQClientError, RemotingError) as e:
                 counts["failed"] += len(msgs)
                 log.warning("send failed: %s", e)
             rate = counts["sent"] / max(progress.elapsed(), 1e-9)
-            progress.update(
-                f"sent {counts['sent']}/{args.count} failed {counts['failed']} ({rate:,.0f} msg/s)"
-            )
+            progress.update(counts["sent"], f"failed {counts['failed']} ({rate:,.0f} msg/s)")
 
     try:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     finally:
         await producer.shutdown()
-    progress.done(f"sent {counts['sent']}/{args.count} failed {counts['failed']}")
-    return counts
+    return {**counts, "statuses": dict(sorted(statuses.items()))}
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
     for name in ("count", "size", "concurrency", "batch"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} must be positive")
-    counts = aio.run(produce(args))
-    print(json.dumps(counts))
-    return 0 if counts["failed"] == 0 else 1
+    summary = aio.run(produce(args))
+    print(json.dumps(summary))
+    return 0 if summary["statuses"].get(SendStatus.SEND_OK, 0) == args.count else 1

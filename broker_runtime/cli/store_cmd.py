@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
+from broker_runtime.broker.damaged_units import skip_unit
 from broker_runtime.common.config import FlushMode, StoreConfig
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.bench import run_bench
 from broker_runtime.store.message_store import MessageStore, read_layout
 
@@ -40,11 +42,38 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     recover.set_defaults(func=cmd_recover)
 
-    dump = cmds.add_parser("dump", help="messages as JSON lines (read-only)")
+    dump = cmds.add_parser(
+        "dump", help="messages as JSON lines (read-only); damaged ranges skipped, on stderr"
+    )
     dump.add_argument("--store", type=Path, required=True)
     dump.add_argument("--topic", default=None)
     dump.add_argument("--limit", type=int, default=None)
     dump.set_defaults(func=cmd_dump)
+    _add_skip_unit(cmds)
+
+
+def _add_skip_unit(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    skip = cmds.add_parser(
+        "skip-unit",
+        help="let pulls pass a damaged unit (recorded in config/skippedUnits.json)",
+    )
+    skip.add_argument("--store", type=Path, required=True)
+    skip.add_argument("--topic", required=True)
+    skip.add_argument("--queue", type=int, required=True)
+    skip.add_argument("--offset", type=int, required=True, help="the unit's queue offset")
+    skip.add_argument("--by", required=True, help="who decided (kept with the skip)")
+    skip.add_argument("--note", default="", help="why (kept with the skip)")
+    skip.set_defaults(func=cmd_skip_unit)
+
+
+def cmd_skip_unit(args: argparse.Namespace) -> int:
+    _require_store(args.store)
+    try:
+        record = skip_unit(args.store, args.topic, args.queue, args.offset, args.by, args.note)
+    except ValueError as e:
+        raise SystemExit(f"mqaudit: {e}") from None
+    print(json.dumps(record))
+    return 0
 
 
 def _positive(name: str, value: int) -> None:
@@ -78,7 +107,7 @@ def _require_store(path: Path) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     _require_store(args.store)
-    report = inspect.verify(args.store)
+    report = inspection.verify(args.store)
     print(json.dumps(report.as_dict()))
     return 0 if report.consistent else 1
 
@@ -107,11 +136,19 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    """Exit 1 when damaged ranges were skipped (each one a `{"skipped": ...}` line on stderr)."""
     _require_store(args.store)
     out = sys.stdout
+    skipped = 0
+
+    def skip(problem: inspection.Problem) -> None:
+        nonlocal skipped
+        skipped += 1
+        print(json.dumps({"skipped": asdict(problem)}), file=sys.stderr)
+
     try:
-        for record in inspect.dump(args.store, args.topic, args.limit):
+        for record in inspection.dump(args.store, args.topic, args.limit, skip):
             out.write(json.dumps(record) + "\n")
     except BrokenPipeError:  # `| head` closed the pipe: not an error
         sys.stderr.close()
-    return 0
+    return 1 if skipped else 0

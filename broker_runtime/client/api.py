@@ -39,7 +39,7 @@ from broker_runtime.remoting.headers import (
     TopicQueueHeader,
     UnregisterClientRequestHeader,
 )
-from broker_runtime.remoting.protocol import RequestCode, ResponseCode
+from broker_runtime.remoting.protocol import CLIENT_VERSION, RequestCode, ResponseCode
 from broker_runtime.remoting.server import Processor, ProcessorTable
 from broker_runtime.store.record_codec import RecordError, check_unit, decode
 
@@ -96,11 +96,15 @@ class MQClientAPI:
         self.remoting = RemotingClient(ProcessorTable(dict(handlers or {})))
         self._ns_index = random.randrange(len(config.name_servers))
         self.timeout = config.request_timeout_s
+        self.refused: MQBrokerError | None = None  # the latest NO_PERMISSION answer (ACL)
 
     async def close(self) -> None:
         await self.remoting.close()
 
     def _sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Every request of the client: its version (brokers act on it), and the ACL
+        signature when keys are set."""
+        cmd.version = CLIENT_VERSION
         if self.config.access_key is not None and self.config.secret_key is not None:
             sign_command(cmd, self.config.access_key, self.config.secret_key)
         return cmd
@@ -108,17 +112,25 @@ class MQClientAPI:
     async def invoke(
         self, addr: str, cmd: RemotingCommand, timeout: float | None = None
     ) -> RemotingCommand:
-        return await self.remoting.invoke(addr, self._sign(cmd), timeout or self.timeout)
+        resp = await self.remoting.invoke(addr, self._sign(cmd), timeout or self.timeout)
+        if resp.code == ResponseCode.NO_PERMISSION:
+            self.refused = MQBrokerError(resp.code, resp.remark, addr)
+        return resp
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self.remoting.invoke_oneway(addr, self._sign(cmd))
 
     async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
-        """Ask the current name server; on a network error move on to the next one."""
+        """Ask the current name server; on a network error move on to the next one.
+
+        Every server is tried once from where this call started: a concurrent call moving
+        `_ns_index` meanwhile must not send this one back to a server it found dead.
+        """
         servers = self.config.name_servers
         errors = []
+        start = self._ns_index
         for i in range(len(servers)):
-            idx = (self._ns_index + i) % len(servers)
+            idx = (start + i) % len(servers)
             try:
                 resp = await self.invoke(servers[idx], cmd)
             except RemotingError as e:
@@ -163,8 +175,9 @@ class MQClientAPI:
 
     def send_request(self, header: SendMessageRequestHeader, body: bytes) -> RemotingCommand:
         """A SEND_MESSAGE (or SEND_BATCH_MESSAGE) request, signed; for any transport."""
-        code = RequestCode.SEND_BATCH_MESSAGE if header.batch else RequestCode.SEND_MESSAGE
-        return self._sign(request(code, header.fields(), body))
+        if header.batch:
+            return self._sign(request(RequestCode.SEND_BATCH_MESSAGE, header.v2().fields(), body))
+        return self._sign(request(RequestCode.SEND_MESSAGE, header.fields(), body))
 
     async def send_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes) -> None:
         await self.invoke_oneway(addr, request(RequestCode.SEND_MESSAGE, header.fields(), body))

@@ -3,7 +3,7 @@
 Pulled messages are handed to the listener in batches of `batch_max` by up to `threads`
 workers at once: an async listener runs on the event loop, a plain function in a thread
 pool. When a batch is done, its messages leave the process queue and the queue's offset
-becomes the lowest one still in flight (seed 002 2.2); it reaches the broker with the next
+becomes the lowest one still in flight; it reaches the broker with the next
 periodic persist. A failed batch (RECONSUME_LATER, None, an exception) is sent back to the
 broker for a later retry; if that fails it is consumed again here after `retry_delay_s`,
 and stays in flight meanwhile, holding the offset back.

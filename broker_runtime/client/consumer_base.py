@@ -14,10 +14,10 @@ import asyncio
 import logging
 import random
 import time
-from pathlib import Path
 from typing import Self
 
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import HOLD_CHECK_S, ConsumerOptions
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import ConsumeFromWhere, MessageModel, PullStatus, ReceivedMessage
 from broker_runtime.client.offset_store import (
@@ -27,13 +27,14 @@ from broker_runtime.client.offset_store import (
     ReadType,
     RemoteBrokerOffsetStore,
     default_offsets_dir,
+    reset_offsets,
 )
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.puller import Puller
-from broker_runtime.client.rebalance import Allocate, MessageQueue, allocate_averagely
+from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.route import read_queues
 from broker_runtime.client.tag_filter import Subscription, parse
-from broker_runtime.common.clock import Clock, SystemClock
+from broker_runtime.common.clock import SystemClock
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
 from broker_runtime.remoting.bodies import (
     BodyError,
@@ -48,40 +49,27 @@ from broker_runtime.remoting.protocol import RequestCode
 
 log = logging.getLogger(__name__)
 
-HALF_HOUR_MS = 30 * 60 * 1000
-
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    commit_on_pull = True  # piggy-back the queue's offset on each pull (push consumers do)
+    pull_errors: dict[MessageQueue, str]  # why a queue's last pull failed, until one succeeds
 
     def __init__(
         self,
         config: ClientConfig | str,
         group: str,
-        *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        allocate: Allocate = allocate_averagely,
-        rebalance_interval_s: float = 20.0,
-        offsets_dir: Path | None = None,
-        pull_batch_size: int = 32,
-        suspend_ms: int = 15_000,
-        pull_delay_on_error_s: float = 3.0,
-        clock: Clock | None = None,
+        options: ConsumerOptions | None = None,
     ) -> None:
+        o = options or ConsumerOptions()
         self.config = ClientConfig(config) if isinstance(config, str) else config
         self.group = validate_group(group)
-        self.model = MessageModel(message_model)
-        self.consume_from = ConsumeFromWhere(consume_from)
-        self.clock = clock or SystemClock()
-        self.consume_timestamp_ms = (
-            consume_timestamp_ms
-            if consume_timestamp_ms is not None
-            else self.clock.now_ms() - HALF_HOUR_MS
-        )
-        self.allocate = allocate
-        self.rebalance_interval_s = rebalance_interval_s
+        self.model = MessageModel(o.message_model)
+        self.consume_from = ConsumeFromWhere(o.consume_from)
+        self.clock = o.clock or SystemClock()
+        self.consume_timestamp_ms = o.start_timestamp_ms(self.clock.now_ms())
+        self.allocate = o.allocate
+        self.rebalance_interval_s = o.rebalance_interval_s
         self.client_id = self.config.client_id(unique=self.model is MessageModel.CLUSTERING)
         self.subscriptions: dict[str, Subscription] = {}
         self.pq_table: dict[MessageQueue, ProcessQueue] = {}
@@ -98,13 +86,13 @@ class ConsumerBase:
         self.puller = Puller(self.instance, self.group)
         self.offset_store: OffsetStore
         if self.model is MessageModel.BROADCASTING:
-            base = offsets_dir or default_offsets_dir()
+            base = o.offsets_dir or default_offsets_dir()
             self.offset_store = LocalFileOffsetStore(base, self.client_id, self.group)
         else:
             self.offset_store = RemoteBrokerOffsetStore(self._fetch_offset, self._commit_offset)
-        self.pull_batch_size = pull_batch_size
-        self.suspend_ms = suspend_ms
-        self.pull_delay_on_error_s = pull_delay_on_error_s
+        self.pull_batch_size = o.pull_batch_size
+        self.suspend_ms = o.suspend_ms
+        self.pull_delay_on_error_s = o.pull_delay_on_error_s
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self.running = False
         self._wakeup: asyncio.Event | None = None
@@ -152,10 +140,16 @@ class ConsumerBase:
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        """Raises MQBrokerError when a broker refuses this consumer (ACL: NO_PERMISSION)."""
         self._wakeup = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
+        self.pull_errors = {}
         await self.offset_store.load()
         await self.instance.start()
+        refused = self.instance.api.refused
+        if refused is not None:  # its heartbeats were refused: it would wait for ever
+            await self.instance.close()
+            raise refused
         self.running = True
         self.instance.every(self.config.persist_offset_interval_s, self.persist_offsets)
         self._loop_task = asyncio.get_running_loop().create_task(self._rebalance_loop())
@@ -203,18 +197,12 @@ class ConsumerBase:
             self._wakeup.set()
 
     async def _on_reset_offset(self, cmd: RemotingCommand, conn: Connection) -> None:
-        """An admin moved the group's offsets: drop those queues and take them again from
-        the new offsets (in-flight results of the old process queues are not committed)."""
+        """An admin moved the group's offsets: drop those queues, commit the new offsets (the
+        client's job: RocketMQ's broker only passes them on) and take the queues again."""
         if cmd.ext_fields.get("group") != self.group or self._rebalance_lock is None:
             return
         try:
-            rows = decode_json(cmd.body, "offset reset").get("offsetTable", [])
-            reset = {
-                MessageQueue(str(r["topic"]), str(r["brokerName"]), int(r["queueId"])): int(
-                    r["offset"]
-                )
-                for r in rows
-            }
+            reset = reset_offsets(decode_json(cmd.body, "offset reset"))
         except (BodyError, KeyError, TypeError, ValueError) as e:
             log.warning("%s: bad offset reset notice: %s", self.client_id, e)
             return
@@ -225,7 +213,7 @@ class ConsumerBase:
                     pq.dropped = True
                     self._queue_removed(mq, pq)
                 self.offset_store.table.update(mq, offset)
-                self.offset_store.table.dirty.discard(mq)  # the broker has it already
+                await self.offset_store.persist(mq)
         log.info("%s: offsets reset by admin for %d queue(s)", self.client_id, len(reset))
         self.rebalance_now()
 
@@ -329,7 +317,7 @@ class ConsumerBase:
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         """Pull `mq` from `offset` until dropped (pullMessage and its PullCallback as a loop)."""
         clustering = self.model is MessageModel.CLUSTERING
-        timeout_s = self.suspend_ms / 1000 + self.config.request_timeout_s
+        timeout_s = self.suspend_ms / 1000 + HOLD_CHECK_S + self.config.request_timeout_s
         while self.running and not pq.dropped:
             if self._flow_controlled(pq):
                 await asyncio.sleep(0.05)
@@ -337,7 +325,7 @@ class ConsumerBase:
             sub = self._subscription(mq.topic)
             if sub is None:
                 return
-            commit = self.offset_store.table.get(mq) if clustering else None
+            commit = self.offset_store.table.get(mq) if clustering and self.commit_on_pull else None
             started = time.monotonic()
             try:
                 result = await self.puller.pull(
@@ -345,8 +333,10 @@ class ConsumerBase:
                 )
             except Exception as e:
                 log.warning("%s: pull of %s failed: %s", self.client_id, mq, e)
+                self.pull_errors[mq] = str(e)
                 await asyncio.sleep(self.pull_delay_on_error_s)
                 continue
+            self.pull_errors.pop(mq, None)
             if pq.dropped:
                 return
             pq.last_pull_ms = self.clock.now_ms()

@@ -1,4 +1,4 @@
-"""A push consumer that hands a queue over instead of dropping it (seed 001, DeFiBus).
+"""A push consumer that hands a queue over instead of dropping it (DeFiBus).
 
 For brokers with the queue access lock on: the new owner of a queue may pull only once the
 old owner acked everything it was delivered. So when a rebalance takes a queue away, this

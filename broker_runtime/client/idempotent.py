@@ -1,6 +1,6 @@
 """Idempotent consumption: duplicate deliveries of a message run its effect once.
 
-Wraps a per-message consume callback (seed 004's de-dup table, seed 002 6.3). Before the
+Wraps a per-message consume callback (the de-dup table). Before the
 callback runs, the message is claimed CONSUMING for `hold_ms`; success marks it CONSUMED,
 failure (the callback's "later" status or an exception) releases the claim so a redelivery
 runs it again. A redelivery of a CONSUMED message is acknowledged without running the

@@ -1,5 +1,5 @@
 """A push consumer listener that runs each message's effect once per group, however often
-the message is delivered: `Idempotent` (seed 004's de-dup table, in the consumer ledger's
+the message is delivered: `Idempotent` (the de-dup table, in the consumer ledger's
 database or in Redis) around a per-message callback.
 
     store = open_dedup_store(data_dir)                  # or redis_url=...

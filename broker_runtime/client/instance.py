@@ -81,8 +81,14 @@ class ClientInstance:
         if self.routes.get(topic) != route:
             self.routes[topic] = route
             self.publish[topic] = PublishInfo(write_queues(topic, route))
+            known = {a for addrs in self.brokers.values() for a in addrs.values()}
             for b in route.broker_datas:
                 self.brokers[b.broker_name] = dict(b.broker_addrs)
+            if any(a not in known for b in route.broker_datas for a in b.broker_addrs.values()):
+                # A broker first met now hears this client's groups at once, not up to a
+                # heartbeat interval later: a transaction check-back needs the producer's.
+                task = asyncio.get_running_loop().create_task(self.heartbeat_all())
+                self._tasks.append(task)
         return route
 
     async def refresh_routes(self) -> None:

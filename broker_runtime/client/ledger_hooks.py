@@ -1,4 +1,4 @@
-"""The ledgers written by the clients (seed 002 6.2): producer stubs and the consumer log.
+"""The ledgers written by the clients: producer stubs and the consumer log.
 
 A producer with a `ProducerLedger` records each message's stub (UNCONFIRMED) before its
 first send attempt, and confirms it with where the broker stored it once the send returns

@@ -12,64 +12,43 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import ReceivedHook
 from broker_runtime.client.consumer_base import ConsumerBase
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import (
-    ConsumeFromWhere,
-    MessageModel,
     MQClientError,
     ReceivedMessage,
 )
 from broker_runtime.client.offset_store import ReadType
 from broker_runtime.client.process_queue import ProcessQueue
-from broker_runtime.client.rebalance import Allocate, MessageQueue, allocate_averagely
+from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.route import read_queues
 from broker_runtime.client.tag_filter import Subscription, parse
-from broker_runtime.common.clock import Clock
 
 _Request = tuple[MessageQueue, ProcessQueue, list[ReceivedMessage]]
 
 
 class LitePullConsumer(ConsumerBase):
     consume_type = "CONSUME_ACTIVELY"
+    # As DefaultLitePullConsumer: offsets reach the broker by commit only. A pull carrying
+    # the last commit, sent as `poll` handed a batch out, could reach the broker after the
+    # next commit and set the group's offset back (the broker stores what it is told).
+    commit_on_pull = False
 
     def __init__(
         self,
         config: ClientConfig | str,
         group: str,
+        options: ConsumerOptions | None = None,
         *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        allocate: Allocate = allocate_averagely,
         auto_commit: bool = True,
         auto_commit_interval_s: float = 5.0,
         pull_threshold_for_all: int = 10_000,
         pull_threshold_for_queue: int = 1000,
-        rebalance_interval_s: float = 20.0,
-        offsets_dir: Path | None = None,
-        pull_batch_size: int = 32,
-        suspend_ms: int = 15_000,
-        pull_delay_on_error_s: float = 3.0,
-        clock: Clock | None = None,
     ) -> None:
-        super().__init__(
-            config,
-            group,
-            message_model=message_model,
-            consume_from=consume_from,
-            consume_timestamp_ms=consume_timestamp_ms,
-            allocate=allocate,
-            rebalance_interval_s=rebalance_interval_s,
-            offsets_dir=offsets_dir,
-            pull_batch_size=pull_batch_size,
-            suspend_ms=suspend_ms,
-            pull_delay_on_error_s=pull_delay_on_error_s,
-            clock=clock,
-        )
+        super().__init__(config, group, options)
         self.auto_commit = auto_commit
         self.auto_commit_interval_s = auto_commit_interval_s
         self.pull_threshold_for_all = pull_threshold_for_all

@@ -3,7 +3,9 @@
 16 bytes as 32 upper-case hex digits: client IPv4 (4), the low 16 bits of the pid (2), a
 per-generator 32-bit "class loader hash" (4), milliseconds since the start of the current
 month (4), a 16-bit counter (2). The first 20 digits are fixed for a generator; the id
-therefore tells who sent a message and roughly when, which the audit reads back.
+therefore tells who sent a message and roughly when, which the audit reads back. Java
+clients on a host whose address is IPv6 write 28 bytes (56 digits): the address is 16
+bytes there, the rest the same; the readers below take both, as MessageClientIDSetter.
 """
 
 from __future__ import annotations
@@ -70,18 +72,21 @@ class UniqIdGenerator:
 
 
 def uniq_id_ip(msg_id: str) -> str:
-    """The sender's IPv4 address encoded in a UNIQ_KEY."""
-    return socket.inet_ntoa(_raw(msg_id)[:4])
+    """The sender's address encoded in a UNIQ_KEY (IPv4, or IPv6 in a 56-digit id)."""
+    raw = _raw(msg_id)
+    if len(raw) == _LEN_V6:
+        return socket.inet_ntop(socket.AF_INET6, raw[:16])
+    return socket.inet_ntoa(raw[:4])
 
 
 def uniq_id_pid(msg_id: str) -> int:
     """The low 16 bits of the sender's pid."""
-    return int.from_bytes(_raw(msg_id)[4:6], "big")
+    return int.from_bytes(_raw(msg_id)[-12:-10], "big")
 
 
 def uniq_id_time_ms(msg_id: str, now_ms: int) -> int:
     """When the id was made, assuming it was made within a month before `now_ms`."""
-    span = int.from_bytes(_raw(msg_id)[10:14], "big")  # unsigned, as Java reads it back
+    span = int.from_bytes(_raw(msg_id)[-6:-2], "big")  # unsigned, as Java reads it back
     start = month_start_ms(now_ms)
     if start + span > now_ms:  # in the future: made last month (Java says >=, which
         # misreads an id made this very millisecond)
@@ -89,10 +94,16 @@ def uniq_id_time_ms(msg_id: str, now_ms: int) -> int:
     return start + span
 
 
+_LEN_V4, _LEN_V6 = 16, 28  # bytes of an id made on an IPv4 / an IPv6 host
+
+
 def _raw(msg_id: str) -> bytes:
-    raw = bytes.fromhex(msg_id)
-    if len(raw) != 16:
-        raise ValueError(f"a UNIQ_KEY has 32 hex digits, got {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raw = b""
+    if len(raw) not in (_LEN_V4, _LEN_V6):
+        raise ValueError(f"a UNIQ_KEY has 32 hex digits (56 from an IPv6 host), got {msg_id!r}")
     return raw
 
 

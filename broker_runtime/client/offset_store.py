@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup, write_atomic
@@ -20,6 +20,15 @@ from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup
 log = logging.getLogger(__name__)
 
 NO_OFFSET = -1  # the group never committed an offset for the queue
+
+
+def reset_offsets(body: dict[str, Any]) -> dict[MessageQueue, int]:
+    """An admin's offset reset notice (ResetOffsetBody's rows) as offsets per queue; in-flight
+    results of the dropped queues are not committed (MQClientInstance.resetOffset)."""
+    return {
+        MessageQueue(str(r["topic"]), str(r["brokerName"]), int(r["queueId"])): int(r["offset"])
+        for r in body.get("offsetTable", [])
+    }
 
 
 def default_offsets_dir() -> Path:

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import cast
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import (
@@ -31,6 +31,7 @@ from broker_runtime.client.consume_service import (
     ReceivedHook,
 )
 from broker_runtime.client.consumer_base import ConsumerBase
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ConsumeStatus, ReceivedMessage
 from broker_runtime.client.process_queue import ProcessQueue
 from broker_runtime.client.rebalance import MessageQueue
@@ -62,6 +63,7 @@ class OrderlyPushConsumer(ConsumerBase):
         config: ClientConfig | str,
         group: str,
         listener: Listener,
+        options: ConsumerOptions | None = None,
         *,
         suspend_ms: int = 1000,
         max_reconsume_times: int = -1,
@@ -70,9 +72,8 @@ class OrderlyPushConsumer(ConsumerBase):
         lock_interval_s: float = 20.0,
         lock_expiry_s: float = 30.0,
         pull_threshold_for_queue: int = 1000,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(config, group, **kwargs)
+        super().__init__(config, group, options)
         if suspend_ms < 0 or batch_max < 1:
             raise ValueError("suspend_ms must be >= 0 and batch_max >= 1")
         self.listener = listener

@@ -1,8 +1,8 @@
 """A consumer's in-flight messages of one queue (RocketMQ's ProcessQueue).
 
 Messages enter in pull order and leave when consumed, in any order. The offset a consumer
-may commit is the lowest offset still in flight, or one past the highest pulled when none is
-(seed 002 2.2): a crash then redelivers from the oldest unfinished message, so messages
+may commit is the lowest offset still in flight, or one past the highest pulled when none is:
+a crash then redelivers from the oldest unfinished message, so messages
 after it that were already processed are delivered again. Loop-thread only: no locks.
 """
 

@@ -3,7 +3,7 @@
 A sync send tries `1 + retry_times` queues, each with the full send timeout: round robin,
 leaving out the broker the previous attempt failed on and brokers isolated by recent
 failures. A timeout after the broker stored the message makes the retry store it a second
-time, with the same UNIQ_KEY (seed 002 6.1.2.1): that duplicate is real and the audit
+time, with the same UNIQ_KEY: that duplicate is real and the audit
 looks for it.
 
 Hooks: `on_before_send(msg)` runs once per message after its UNIQ_KEY is set and before the
@@ -14,18 +14,19 @@ for one-way sends). A hook may return an awaitable; it runs on the event loop.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from broker_runtime.client.api import send_result
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
-from broker_runtime.client.model import MQBrokerError, MQClientError, SendResult
+from broker_runtime.client.model import MQClientError, SendResult
 from broker_runtime.client.msg_id import UniqIdGenerator, default_generator, set_uniq_id
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.route import FaultTable, PublishInfo
+from broker_runtime.client.send_attempts import Attempts, attempts, drive, drive_async
+from broker_runtime.client.send_hooks import BeforeSend, OnResult, run_after, run_before
 from broker_runtime.common.clock import Clock, SystemClock
 from broker_runtime.common.java_hash import java_string_hash
 from broker_runtime.common.message import (
@@ -39,27 +40,14 @@ from broker_runtime.common.message import (
 from broker_runtime.common.topics import is_retry_topic, validate_group, validate_topic
 from broker_runtime.remoting.blocking import BlockingPool
 from broker_runtime.remoting.bodies import MASTER_ID, HeartbeatData, encode_batch
-from broker_runtime.remoting.connection import RemotingError
 from broker_runtime.remoting.headers import SendMessageRequestHeader
-from broker_runtime.remoting.protocol import ResponseCode
+from broker_runtime.remoting.server import Processor
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "DEFAULT_PRODUCER"
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-# Broker answers after which another broker may do better (sendDefaultImpl's list).
-RETRY_CODES = frozenset(
-    {
-        ResponseCode.TOPIC_NOT_EXIST,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.SYSTEM_ERROR,
-        ResponseCode.SYSTEM_BUSY,
-        ResponseCode.NO_PERMISSION,
-    }
-)
 
-BeforeSend = Callable[[Message], object]
-OnResult = Callable[[Message, SendResult | None, BaseException | None], object]
 SendCallback = Callable[[SendResult | None, BaseException | None], object]
 QueueSelector = Callable[[Sequence[MessageQueue], Message, object], MessageQueue]
 T = TypeVar("T")
@@ -98,6 +86,7 @@ class Producer:
         default_topic_queue_nums: int = 4,
         id_generator: UniqIdGenerator | None = None,
         clock: Clock | None = None,
+        handlers: Mapping[int, Processor] | None = None,
     ) -> None:
         self.config = ClientConfig(config) if isinstance(config, str) else config
         self.group = validate_group(group)
@@ -113,7 +102,11 @@ class Producer:
         self.on_before_send: list[BeforeSend] = []
         self.on_send_result: list[OnResult] = []
         self.instance = ClientInstance(
-            self.config, self.client_id, self._heartbeat, lambda: list(self.instance.publish)
+            self.config,
+            self.client_id,
+            self._heartbeat,
+            lambda: list(self.instance.publish),
+            handlers,  # requests brokers send this producer (a transaction's check)
         )
         self._running = False
         self._pending: set[asyncio.Task[SendResult]] = set()
@@ -172,7 +165,7 @@ class Producer:
     async def send_oneway(self, msg: Message) -> None:
         """Write the request and return: no answer, no retry, nothing known of the outcome."""
         self._check(msg)
-        await self._before([msg])
+        await run_before(self.on_before_send, [msg])
         info = await self.instance.publish_info(msg.topic, self.default_topic_queue_nums)
         mq = info.select(None, self.faults, self.clock.now_ms())
         addr = await self.instance.master_addr(mq.broker, mq.topic)
@@ -207,13 +200,13 @@ class Producer:
         self._check(msg)
         if msg.topic != mq.topic:
             raise MQClientError(f"message topic {msg.topic} is not the queue's {mq.topic}")
-        await self._before([msg])
+        await run_before(self.on_before_send, [msg])
         try:
             result = await self._send_kernel([msg], mq, timeout_s or self.send_timeout_s)
         except BaseException as e:
-            await self._after([msg], None, e)
+            await run_after(self.on_send_result, [msg], None, e)
             raise
-        await self._after([msg], result, None)
+        await run_after(self.on_send_result, [msg], result, None)
         return result
 
     # -- the send path ----------------------------------------------------------------------
@@ -246,15 +239,15 @@ class Producer:
     ) -> SendResult:
         batch = self._checked(msgs)
         if self.on_before_send:
-            await self._before(batch)
+            await run_before(self.on_before_send, batch)
         try:
             result = await self._send_with_retries(batch, times, timeout_s or self.send_timeout_s)
         except BaseException as e:
             if self.on_send_result:
-                await self._after(batch, None, e)
+                await run_after(self.on_send_result, batch, None, e)
             raise
         if self.on_send_result:
-            await self._after(batch, result, None)
+            await run_after(self.on_send_result, batch, result, None)
         return result
 
     async def _send_with_retries(
@@ -263,15 +256,8 @@ class Producer:
         info = self.instance.publish.get(msgs[0].topic)  # the hot path: no await when cached
         if info is None or not info.ok():
             info = await self.instance.publish_info(msgs[0].topic, self.default_topic_queue_nums)
-        attempts = _Attempts(self, msgs[0].topic, info, times)
-        for mq in attempts:
-            try:
-                result = await self._send_kernel(msgs, mq, timeout_s)
-            except (RemotingError, MQClientError) as e:
-                attempts.failed(mq, e)
-                continue
-            return attempts.succeeded(mq, result)
-        raise attempts.gave_up()
+        loop = self._attempts(msgs[0].topic, info, times)
+        return await drive_async(loop, lambda mq: self._send_kernel(msgs, mq, timeout_s))
 
     def send_blocking(
         self,
@@ -292,20 +278,20 @@ class Producer:
         if info is None or not info.ok():
             info = on_loop(self.instance.publish_info(topic, self.default_topic_queue_nums))
         api = self.instance.api
-        attempts = _Attempts(self, topic, info, 1 + self.retry_times)
-        for mq in attempts:
-            try:
-                addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
-                if addr is None:
-                    addr = on_loop(self.instance.master_addr(mq.broker, mq.topic))
-                header, body, ids = self._request(batch, mq)
-                resp = pool.invoke(addr, api.send_request(header, body), timeout)
-                result = send_result(resp, addr, mq, ids)
-            except (RemotingError, MQClientError) as e:
-                attempts.failed(mq, e)
-                continue
-            return attempts.succeeded(mq, result)
-        raise attempts.gave_up()
+
+        def send(mq: MessageQueue) -> SendResult:
+            addr = self.instance.brokers.get(mq.broker, {}).get(MASTER_ID)
+            if addr is None:
+                addr = on_loop(self.instance.master_addr(mq.broker, mq.topic))
+            header, body, ids = self._request(batch, mq)
+            return send_result(
+                pool.invoke(addr, api.send_request(header, body), timeout), addr, mq, ids
+            )
+
+        return drive(self._attempts(topic, info, 1 + self.retry_times), send)
+
+    def _attempts(self, topic: str, info: PublishInfo, times: int) -> Attempts:
+        return attempts(topic, info, times, self.faults, self.clock, self._refresh_route_soon)
 
     def _refresh_route_soon(self, topic: str) -> None:
         """After a failure the route may be stale (a master gone): ask again, in the
@@ -349,6 +335,7 @@ class Producer:
             reconsume_times=reconsume,
             max_reconsume_times=max_reconsume,
             batch=batch,
+            default_topic_queue_nums=self.default_topic_queue_nums,
         )
 
     async def _send_kernel(
@@ -370,74 +357,6 @@ class Producer:
         body = encode_batch([(m.body, m.properties, m.flag) for m in msgs])
         return self._header(msgs[0], mq, batch=True), body, ids
 
-    async def _before(self, msgs: list[Message]) -> None:
-        for hook in self.on_before_send:
-            for m in msgs:
-                await _maybe_await(hook(m))
-
-    async def _after(
-        self, msgs: list[Message], result: SendResult | None, error: BaseException | None
-    ) -> None:
-        for hook in self.on_send_result:
-            for i, m in enumerate(msgs):
-                r = result
-                if result is not None and len(msgs) > 1:
-                    r = SendResult(
-                        result.status,
-                        result.msg_ids[i],
-                        result.offset_msg_id,
-                        result.mq,
-                        result.queue_offset + i,
-                        (result.msg_ids[i],),
-                    )
-                try:
-                    await _maybe_await(hook(m, r, error))
-                except Exception:
-                    log.exception("on_send_result hook failed")
-
-
-class _Attempts:
-    """The attempts of one send, shared by the asyncio and blocking paths: iterate for the
-    queue of each attempt (round robin, not on the broker the previous one failed on, nor
-    on brokers isolated by recent failures), then report how it went."""
-
-    def __init__(self, producer: Producer, topic: str, info: PublishInfo, times: int) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.info = info
-        self.times = times
-        self.errors: list[str] = []
-        self.error: BaseException | None = None
-
-    def __iter__(self) -> Iterator[MessageQueue]:
-        p, last_broker = self.producer, None
-        for _ in range(self.times):
-            mq = self.info.select(last_broker, p.faults, p.clock.now_ms())
-            last_broker = mq.broker
-            yield mq
-
-    def failed(self, mq: MessageQueue, e: RemotingError | MQClientError) -> None:
-        """Isolate the broker and refresh the route; re-raise an answer no retry improves."""
-        p = self.producer
-        p.faults.failed(mq.broker, p.clock.now_ms())
-        p._refresh_route_soon(mq.topic)
-        if isinstance(e, MQBrokerError) and e.code not in RETRY_CODES:
-            raise e
-        self.errors.append(f"{mq.broker}: {e}")
-        self.error = e
-
-    def succeeded(self, mq: MessageQueue, result: SendResult) -> SendResult:
-        self.producer.faults.succeeded(mq.broker)
-        return result
-
-    def gave_up(self) -> MQClientError:
-        error = MQClientError(
-            f"send to {self.topic} failed after {len(self.errors)} attempt(s): "
-            f"{'; '.join(self.errors)}"
-        )
-        error.__cause__ = self.error
-        return error
-
 
 def _batch(msgs: Sequence[Message]) -> Sequence[Message]:
     """`msgs` if they can go as one batch: same topic, no delay."""
@@ -450,11 +369,6 @@ def _batch(msgs: Sequence[Message]) -> Sequence[Message]:
         if DELAY in m.properties:
             raise MQClientError("a batch cannot carry delayed messages")
     return msgs
-
-
-async def _maybe_await(value: object) -> None:
-    if inspect.isawaitable(value):
-        await value
 
 
 def _run_callback(callback: SendCallback, task: asyncio.Task[SendResult]) -> None:

@@ -35,7 +35,11 @@ class Puller:
         masters = {a for b, a in self.instance.brokers.get(mq.broker, {}).items() if b == MASTER_ID}
 
         async def call(addr: str) -> PullResult:
-            commit = commit_offset is not None and commit_offset >= 0 and addr in masters
+            # As DefaultMQPushConsumerImpl: only an offset > 0 rides along. A queue's first
+            # pulls carry its start (often 0) while the first messages are being consumed;
+            # one the broker handles after the next commit sets the group back there (the
+            # real broker stores it, with "[NOTIFYME]update consumer offset less than store").
+            commit = commit_offset is not None and commit_offset > 0 and addr in masters
             sys_flag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend_ms > 0 else 0)
             header = PullMessageRequestHeader(
                 consumer_group=self.group,

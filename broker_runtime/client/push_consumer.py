@@ -8,8 +8,6 @@ oldest and newest in-flight message, is not pulled until it drains.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import (
     ConsumeService,
@@ -18,16 +16,16 @@ from broker_runtime.client.consume_service import (
     ReceivedHook,
 )
 from broker_runtime.client.consumer_base import ConsumerBase
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import (
-    ConsumeFromWhere,
     MessageModel,
     ReceivedMessage,
 )
 from broker_runtime.client.process_queue import ProcessQueue
-from broker_runtime.client.rebalance import Allocate, MessageQueue, allocate_averagely
+from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.retry import ConsumeRetry, restore_retry_topic
 from broker_runtime.client.tag_filter import parse
-from broker_runtime.common.clock import Clock
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.common.topics import retry_topic
 
 
@@ -39,38 +37,16 @@ class PushConsumer(ConsumerBase):
         config: ClientConfig | str,
         group: str,
         listener: Listener,
+        options: ConsumerOptions | None = None,
         *,
-        message_model: MessageModel = MessageModel.CLUSTERING,
-        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp_ms: int | None = None,
-        allocate: Allocate = allocate_averagely,
         threads: int = 20,
         batch_max: int = 1,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_mib: int = 100,
         max_span: int = 2000,
-        max_reconsume_times: int = 16,
-        rebalance_interval_s: float = 20.0,
-        offsets_dir: Path | None = None,
-        pull_batch_size: int = 32,
-        suspend_ms: int = 15_000,
-        pull_delay_on_error_s: float = 3.0,
-        clock: Clock | None = None,
+        max_reconsume_times: int = MAX_RECONSUME_TIMES,
     ) -> None:
-        super().__init__(
-            config,
-            group,
-            message_model=message_model,
-            consume_from=consume_from,
-            consume_timestamp_ms=consume_timestamp_ms,
-            allocate=allocate,
-            rebalance_interval_s=rebalance_interval_s,
-            offsets_dir=offsets_dir,
-            pull_batch_size=pull_batch_size,
-            suspend_ms=suspend_ms,
-            pull_delay_on_error_s=pull_delay_on_error_s,
-            clock=clock,
-        )
+        super().__init__(config, group, options)
         self.listener = listener
         self.threads = threads
         self.batch_max = batch_max

@@ -3,7 +3,7 @@
 Every consumer of a group runs the same pure function on its own view: `mq_all` from the
 route it got from *one* name server, `cid_all` from a broker. Both are sorted first
 (RebalanceImpl.rebalanceByTopic), so consumers with equal views agree; consumers with
-different views may both take a queue (seed 000).
+different views may both take a queue.
 """
 
 from __future__ import annotations

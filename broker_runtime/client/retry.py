@@ -25,6 +25,7 @@ from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.instance import ClientInstance
 from broker_runtime.client.model import ReceivedMessage
 from broker_runtime.client.producer import Producer
+from broker_runtime.common.constants import FIRST_RETRY_LEVEL
 from broker_runtime.common.message import (
     DELAY,
     MAX_RECONSUME_TIMES,
@@ -39,7 +40,6 @@ from broker_runtime.remoting.headers import ConsumerSendMsgBackRequestHeader
 log = logging.getLogger(__name__)
 
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
-FIRST_RETRY_LEVEL = 3  # the broker's choice for delay level 0: 3 + reconsumeTimes
 ROUTE_POLL_S = 0.5
 ROUTE_POLL_TRIES = 40
 

@@ -16,6 +16,8 @@ guards against signalling a recycled pid.
 from __future__ import annotations
 
 import dataclasses
+import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,20 @@ from broker_runtime.offsets.json_file import read_with_backup, write_atomic
 
 CLUSTER_FILE = "cluster.json"
 ROLES = ("namesrv", "master", "slave")
+
+
+HA_SECRET = Path("conf") / "ha-secret"  # the replication secret of a cluster without ACL
+
+
+def make_ha_secret(root: Path) -> Path:
+    """DIR/conf/ha-secret, made once (random, readable by its owner only)."""
+    path = root / HA_SECRET
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path
 
 
 @dataclass
@@ -100,3 +116,13 @@ class ClusterLayout:
             )
         except (KeyError, TypeError) as e:
             raise ValueError(f"{data_dir}/{CLUSTER_FILE} has a bad shape: {e!r}") from None
+
+
+def namesrv_of_data_dir(data_dir: Path) -> str:
+    """`host:port;...` of the name servers DIR/cluster.json lists."""
+    if not (data_dir / CLUSTER_FILE).exists():
+        raise ValueError(f"{data_dir / CLUSTER_FILE} not found: is a cluster running there?")
+    addr = ClusterLayout.load(data_dir).namesrv_addr
+    if not addr:
+        raise ValueError(f"{data_dir / CLUSTER_FILE} lists no name server")
+    return addr

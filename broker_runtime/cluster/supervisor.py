@@ -25,9 +25,10 @@ from typing import Any
 import psutil
 
 from broker_runtime.acl.accounts import admin_account, load_accounts
-from broker_runtime.cluster.layout import ClusterLayout, NodeSpec
+from broker_runtime.cluster.layout import HA_SECRET, ClusterLayout, NodeSpec, make_ha_secret
 from broker_runtime.cluster.node import EXIT_PORT_IN_USE
 from broker_runtime.cluster.probe import Credentials, broker_info, namesrv_info
+from broker_runtime.common.progress import reporter
 
 PORT_TRIES = 5
 
@@ -61,8 +62,7 @@ class ClusterSettings:
             raise ValueError("--replication sync needs slaves: every send would fail")
 
 
-def say(msg: str) -> None:
-    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+say = reporter("cluster")
 
 
 def free_port(host: str) -> int:
@@ -117,6 +117,8 @@ def _broker_config(s: ClusterSettings, layout: ClusterLayout, node: NodeSpec) ->
     if s.acl_file is not None:
         data["acl_enable"] = True
         data["acl_file"] = str(s.acl_file)
+    else:  # no ACL secret to authenticate slaves with: one made for this cluster
+        data["ha_secret_file"] = str(Path(layout.data_dir) / HA_SECRET)
     for key, value in s.broker_settings.items():
         if key.startswith("store."):
             store[key[len("store.") :]] = value
@@ -295,6 +297,8 @@ def up(settings: ClusterSettings) -> ClusterLayout:
             )
     layout = plan(settings)
     Path(layout.data_dir).mkdir(parents=True, exist_ok=True)
+    if settings.acl_file is None:  # before the nodes start side by side
+        make_ha_secret(Path(layout.data_dir))
     layout.save()
     try:
         for role in ("namesrv", "master", "slave"):  # each role's nodes start side by side
@@ -332,37 +336,6 @@ def _process(node: NodeSpec) -> psutil.Process | None:
 
 def process_alive(node: NodeSpec) -> bool:
     return _process(node) is not None
-
-
-def status(layout: ClusterLayout) -> dict[str, Any]:
-    creds = credentials(layout)
-    nodes = []
-    for n in layout.nodes:
-        row: dict[str, Any] = {
-            "name": n.name, "role": n.role, "group": n.group, "broker_id": n.broker_id,
-            "host": n.host, "port": n.port, "ha_port": n.ha_port, "pid": n.pid,
-            "alive": process_alive(n), "store_dir": n.store_dir,
-        }  # fmt: skip
-        if n.role == "namesrv":
-            info = namesrv_info(n.addr) if row["alive"] else None
-            row["answering"] = info is not None
-            if info is not None:
-                table = info.get("brokerAddrTable", {})
-                row["brokers"] = sorted(table) if isinstance(table, dict) else []
-        else:
-            rt = broker_info(n.addr, 2.0, creds) if row["alive"] else None
-            row["answering"] = rt is not None
-            if rt is not None:
-                row["max_offset"] = int(rt.get("commitLogMaxOffset", "0"))
-                row["runtime"] = rt
-        nodes.append(row)
-    ok = all(r["alive"] and r["answering"] for r in nodes)
-    return {
-        "data_dir": layout.data_dir,
-        "namesrv_addr": layout.namesrv_addr,
-        "ok": ok,
-        "nodes": nodes,
-    }
 
 
 def signal_node(node: NodeSpec, sig: int) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.common.delay import DEFAULT_DELAY_LEVELS, DelayLevels
 
 
@@ -116,15 +117,24 @@ class BrokerConfig:
     slave_sync_interval_ms: int = 10_000  # SlaveSynchronize: topics, groups, offsets
     acl_enable: bool = False
     acl_file: Path | None = None  # accounts (see broker_runtime.acl.accounts)
+    # A file holding the replication secret slaves prove they know (ha/protocol.py); without
+    # it, an ACL cluster uses its admin account's secret key, and no ACL means an open port.
+    ha_secret_file: Path | None = None
     # Consume retry: the maxReconsumeTimes of auto-created groups, and the fallback for a
     # retry sent without one (a request's own value wins, as RocketMQ's since 3.4.9).
-    max_reconsume_times: int = 16
+    max_reconsume_times: int = MAX_RECONSUME_TIMES
     delay_offset_persist_interval_ms: int = 10_000  # flushDelayOffsetInterval
     # Orderly consumption: a LOCK_BATCH_MQ lock lives this long unless renewed.
     rebalance_lock_max_live_ms: int = 60_000  # rocketmq.broker.rebalance.lockMaxLiveTime
-    # Queue access lock (seed 001, DeFiBus mqAccessControlEnable): a queue's new owner may
+    # Queue access lock (DeFiBus mqAccessControlEnable): a queue's new owner may
     # pull once the old owner acked what it was delivered, left, or was idle this long.
     queue_access_lock: bool = False
+    # Transactions: half messages older than the timeout (or their
+    # CHECK_IMMUNITY_TIME_IN_SECONDS) without an end are checked back every interval, at most
+    # transaction_check_max times (then moved to TRANS_CHECK_MAX_TIME_TOPIC).
+    transaction_timeout_ms: int = 6_000  # transactionTimeOut
+    transaction_check_max: int = 15  # transactionCheckMax
+    transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
     # SQL92 subscriptions (MessageSelector.bySql) are refused unless this is on, as RocketMQ's.
     enable_property_filter: bool = False  # enablePropertyFilter
     queue_lock_hold_timeout_ms: int = 30_000  # lockQueueTimeout

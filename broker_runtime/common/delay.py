@@ -1,4 +1,4 @@
-"""Delay levels (RocketMQ messageDelayLevel), the SCHEDULE_TOPIC_XXXX rewrite, delayOffset.json.
+"""Delay levels (RocketMQ messageDelayLevel) and the SCHEDULE_TOPIC_XXXX rewrite; pure.
 
 A message with property DELAY=n (n > 0) is stored under SCHEDULE_TOPIC_XXXX, queue n-1, with
 its real topic and queue kept in REAL_TOPIC / REAL_QID; the consume queue entry carries the
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from broker_runtime.common.message import (
     DELAY,
@@ -21,11 +20,9 @@ from broker_runtime.common.message import (
     StoredMessage,
 )
 from broker_runtime.common.topics import SCHEDULE_TOPIC
-from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup, write_atomic
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-DELAY_OFFSET_FILE = Path("config") / "delayOffset.json"
 
 
 class DelayLevelError(ValueError):
@@ -147,28 +144,3 @@ def from_schedule(stored: StoredMessage) -> Message:
         reconsume_times=stored.reconsume_times,
         prepared_transaction_offset=stored.prepared_transaction_offset,
     )
-
-
-def delay_offset_path(store_dir: Path) -> Path:
-    return Path(store_dir) / DELAY_OFFSET_FILE
-
-
-def read_delay_offsets(store_dir: Path) -> dict[int, int]:
-    """Level -> next SCHEDULE_TOPIC_XXXX queue offset to deliver; {} when there is no file."""
-    path = delay_offset_path(store_dir)
-    data = read_with_backup(path)
-    if data is None:
-        return {}
-    try:
-        return {int(level): int(offset) for level, offset in data["offsetTable"].items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CorruptStateError(f"{path} is not a delay offsetTable: {e}") from e
-
-
-def write_delay_offsets(store_dir: Path, table: Mapping[int, int]) -> None:
-    """Write `{"offsetTable": {"1": 0, ...}}` atomically, keeping a `.bak`."""
-    for level, offset in table.items():
-        if level < 1 or offset < 0:
-            raise ValueError(f"delay level {level} offset {offset}: level >= 1, offset >= 0")
-    table_json = {str(level): int(table[level]) for level in sorted(table)}
-    write_atomic(delay_offset_path(store_dir), {"offsetTable": table_json})

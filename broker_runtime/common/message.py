@@ -17,7 +17,26 @@ REAL_QUEUE_ID = "REAL_QID"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RECONSUME_TIME = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+CLUSTER = "CLUSTER"  # the broker's cluster, stamped on every stored message
+WAIT = "WAIT"  # WAIT_STORE_MSG_OK: the producer waits for the store (never stored alone)
+TRAN_MSG = "TRAN_MSG"  # a transaction's half message (PROPERTY_TRANSACTION_PREPARED)
+PRODUCER_GROUP = "PGROUP"
+TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 KEY_SEPARATOR = " "
+
+# MessageSysFlag's transaction bits (2-3): a unit's place in a transaction.
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+
+def with_transaction_type(sys_flag: int, kind: int) -> int:
+    """MessageSysFlag.resetTransactionValue."""
+    return (sys_flag & ~TRANSACTION_MASK) | kind
+
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"

@@ -156,34 +156,29 @@ def _not(node: Node) -> Node:
     return Node(evaluate, f"NOT {node.text}", "boolean")
 
 
-def _and(left: Node, right: Node) -> Node:
+def _logic(left: Node, right: Node, word: str, decisive: bool) -> Node:
+    """AND (FALSE decides it) or OR (TRUE decides it), three-valued as RocketMQ's
+    LogicExpression: the right side is not evaluated once the left one decided."""
     lev, rev = left.evaluate, right.evaluate
 
     def evaluate(ctx: Context) -> bool | None:
-        lv = lev(ctx)
-        if lv is False:
-            return False
-        rv = rev(ctx)
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
+        lv: bool | None = lev(ctx)
+        if lv is decisive:
+            return decisive
+        rv: bool | None = rev(ctx)
+        if rv is decisive:
+            return decisive
+        return None if lv is None or rv is None else not decisive
 
-    return Node(evaluate, f"({left.text} AND {right.text})", "boolean")
+    return Node(evaluate, f"({left.text} {word} {right.text})", "boolean")
+
+
+def _and(left: Node, right: Node) -> Node:
+    return _logic(left, right, "AND", False)
 
 
 def _or(left: Node, right: Node) -> Node:
-    lev, rev = left.evaluate, right.evaluate
-
-    def evaluate(ctx: Context) -> bool | None:
-        lv = lev(ctx)
-        if lv is True:
-            return True
-        rv = rev(ctx)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-
-    return Node(evaluate, f"({left.text} OR {right.text})", "boolean")
+    return _logic(left, right, "OR", True)
 
 
 def _string_test(left: Node, search: str, name: str, negate: bool) -> Node:

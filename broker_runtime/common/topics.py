@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import re
 
+from broker_runtime.common.constants import NAME_PATTERN
+
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# Transactional messages (TransactionalMessageUtil): half messages wait in the half topic,
+# the op topic records each one's end (tag "d", body its half-topic queue offset), and a
+# half message checked transactionCheckMax times goes to the check-max topic.
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # whose offsets say how far the check has come
+TRANS_OP_REMOVE_TAG = "d"
+# The route a client sends a new topic's first messages by; the broker then creates the topic
+# (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, registered while autoCreateTopicEnable is on).
+AUTO_CREATE_TOPIC = "TBW102"
 MAX_NAME_LENGTH = 127
 
 # fullmatch, not `^...$`: `$` would also accept a trailing newline.
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+_NAME = re.compile(NAME_PATTERN)
 
 
 class InvalidNameError(ValueError):

@@ -3,6 +3,11 @@
 Each slave connection has a reader (the slave's acknowledged offset, and liveness) and a
 pusher (CommitLog bytes from where the slave is, one segment at a time, as they arrive).
 SYNC_MASTER sends wait in `wait_replicated` until some slave has acknowledged their end.
+
+With a replication secret, a connection must answer the challenge (protocol.py) before it
+is sent anything. A slave's reports count only up to what was sent on its connection, and
+the acknowledged mark is the furthest of the slaves connected now: a peer that claims more
+than it was sent, or goes away, leaves no acknowledgement behind.
 """
 
 from __future__ import annotations
@@ -11,12 +16,21 @@ import asyncio
 import heapq
 import itertools
 import logging
+import os
 from dataclasses import dataclass, field
 
 from broker_runtime.common.config import BrokerConfig
-from broker_runtime.ha.protocol import REPORT, HAProtocolError, decode_report, encode_transfer
+from broker_runtime.ha.protocol import (
+    NONCE_SIZE,
+    PROOF_SIZE,
+    REPORT,
+    HAProtocolError,
+    decode_report,
+    encode_challenge,
+    encode_transfer,
+    proof_ok,
+)
 from broker_runtime.store.message_store import MessageStore
-from broker_runtime.store.replica import read_log
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +38,22 @@ log = logging.getLogger(__name__)
 @dataclass(eq=False)
 class SlaveConnection:
     peer: str
-    acked: int = -1  # the slave's max offset as it last reported it
-    next_transfer: int = -1
+    acked: int = -1  # the slave's last report, capped at what this connection was sent
+    next_transfer: int = -1  # the end of what this connection was sent
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    overclaimed: bool = False  # reported more than it was sent (said once in the log)
 
 
 class HAMasterService:
-    def __init__(self, store: MessageStore, config: BrokerConfig) -> None:
+    def __init__(
+        self, store: MessageStore, config: BrokerConfig, secret: bytes | None = None
+    ) -> None:
         self.store = store
         self.config = config
+        self.secret = secret  # slaves must prove they hold it (None: RocketMQ's open port)
         self.port = config.ha_port
         self.slaves: set[SlaveConnection] = set()
-        self.acked = 0  # push2SlaveMaxOffset: the furthest any slave has acknowledged
+        self.acked = 0  # push2SlaveMaxOffset: the furthest a connected slave acknowledged
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._server: asyncio.Server | None = None
@@ -76,13 +94,23 @@ class HAMasterService:
         except TimeoutError:
             return False
 
-    def _acknowledged(self, slave: SlaveConnection, offset: int) -> None:
-        slave.acked = offset
-        if offset <= self.acked:
-            return
-        self.acked = offset
+    def _acknowledged(self, slave: SlaveConnection, reported: int) -> None:
+        if reported > slave.next_transfer:
+            if not slave.overclaimed:
+                slave.overclaimed = True
+                log.warning(
+                    "slave %s reports %d, past the %d bytes it was sent: counted as %d",
+                    *(slave.peer, reported, slave.next_transfer, slave.next_transfer),
+                )
+            reported = slave.next_transfer
+        slave.acked = reported
+        self._recompute()
+
+    def _recompute(self) -> None:
+        """The acknowledged mark from the slaves connected now; wake the sends it covers."""
+        self.acked = acked = max((s.acked for s in self.slaves), default=0)
         waiters = self._waiters
-        while waiters and waiters[0][0] <= offset:
+        while waiters and waiters[0][0] <= acked:
             fut = heapq.heappop(waiters)[2]
             if not fut.done():
                 fut.set_result(None)
@@ -104,8 +132,11 @@ class HAMasterService:
         idle_s = self.config.ha_housekeeping_ms / 1000
         pusher: asyncio.Task[None] | None = None
         try:
+            if self.secret is not None and not await self._authenticated(reader, writer, idle_s):
+                log.warning("HA connection from %s refused: wrong challenge answer", slave.peer)
+                return
             first = decode_report(await asyncio.wait_for(reader.readexactly(REPORT.size), idle_s))
-            log_end = self.store.commit_log.max_offset
+            log_end = self.store.log_max_offset
             if first > log_end:
                 # The slave holds bytes this master does not (it lost its tail): pushing from
                 # our end would give the slave a log that differs at the same offsets.
@@ -116,7 +147,7 @@ class HAMasterService:
                     log_end,
                 )
                 return
-            slave.next_transfer = first if first > 0 else self.store.commit_log.min_offset
+            slave.next_transfer = first if first > 0 else self.store.log_min_offset
             self.slaves.add(slave)
             self._acknowledged(slave, first)
             log.info("slave %s connected at offset %d", slave.peer, first)
@@ -129,12 +160,24 @@ class HAMasterService:
         except (asyncio.IncompleteReadError, ConnectionError, HAProtocolError) as e:
             log.info("slave %s disconnected: %s", slave.peer, e or type(e).__name__)
         finally:
-            self.slaves.discard(slave)
+            if slave in self.slaves:
+                self.slaves.discard(slave)
+                self._recompute()
             if pusher is not None:
                 pusher.cancel()
                 await asyncio.gather(pusher, return_exceptions=True)
             writer.close()
             self._tasks.discard(task)
+
+    async def _authenticated(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle_s: float
+    ) -> bool:
+        assert self.secret is not None
+        nonce = os.urandom(NONCE_SIZE)
+        writer.write(encode_challenge(nonce))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readexactly(PROOF_SIZE), idle_s)
+        return proof_ok(self.secret, nonce, answer)
 
     async def _push(self, slave: SlaveConnection, writer: asyncio.StreamWriter) -> None:
         heartbeat_s = self.config.ha_heartbeat_interval_ms / 1000
@@ -143,13 +186,13 @@ class HAMasterService:
         try:
             while True:
                 slave.wake.clear()  # before reading: a put landing after the read sets it again
-                data = read_log(self.store, slave.next_transfer, batch)
+                data = self.store.read_log(slave.next_transfer, batch)
                 if data:
                     writer.write(encode_transfer(slave.next_transfer, data))
                     slave.next_transfer += len(data)
                     await writer.drain()
                     continue
-                behind = slave.next_transfer < self.store.commit_log.max_offset
+                behind = slave.next_transfer < self.store.log_max_offset
                 if behind and not stuck_logged:
                     stuck_logged = True  # e.g. the slave's offset expired here: say so once
                     log.error(

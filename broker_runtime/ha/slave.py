@@ -15,10 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from broker_runtime.common.config import BrokerConfig, FlushMode
 from broker_runtime.ha.protocol import (
+    CHALLENGE,
     TRANSFER_HEADER,
     HAProtocolError,
+    decode_challenge,
     decode_transfer_header,
     encode_report,
+    proof,
 )
 from broker_runtime.remoting.client import split_addr
 from broker_runtime.store.message_store import MessageStore
@@ -33,8 +36,10 @@ class HASlaveClient:
         store: MessageStore,
         config: BrokerConfig,
         master_ha_addr: Callable[[], str | None],
+        secret: bytes | None = None,
     ) -> None:
         self.store = store
+        self.secret = secret  # answers the master's challenge (None: RocketMQ's open port)
         self.config = config
         self.master_ha_addr = master_ha_addr
         self.writer = ReplicaWriter(store)
@@ -89,6 +94,9 @@ class HASlaveClient:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
         heartbeat: asyncio.Task[None] | None = None
         try:
+            if self.secret is not None:
+                raw = await asyncio.wait_for(reader.readexactly(CHALLENGE.size), idle_s)
+                writer.write(proof(self.secret, decode_challenge(raw)))
             writer.write(encode_report(self.writer.max_offset))
             await writer.drain()
             self.connected_to = addr

@@ -1,4 +1,4 @@
-"""Producer message stubs, the consumer message log and the de-dup table (seed 002 6.2, 6.3).
+"""Producer message stubs, the consumer message log and the de-dup table.
 
 SQLite files `DIR/ledger/producer.db` / `DIR/ledger/consumer.db` by default, or one PostgreSQL
 database given by URL; SQLAlchemy Core throughout.

@@ -1,4 +1,4 @@
-"""The consumer's message log (seed 002 6.2.1.2): one row per delivery, written on receipt.
+"""The consumer's message log: one row per delivery, written on receipt.
 
 `record_received` right after a pull returns the rows' ids; `record_outcome` fills in how the
 consumption ended. A row whose outcome stays NULL was received and never finished (the

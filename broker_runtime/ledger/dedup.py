@@ -1,4 +1,4 @@
-"""De-dup state of idempotent consumption (seed 004 "去重表"): CONSUMING with expiry, CONSUMED.
+"""De-dup state of idempotent consumption: CONSUMING with expiry, CONSUMED.
 
 `claim` inserts CONSUMING if absent, or takes over a CONSUMING whose holder let it expire
 (the holder died mid-effect); it reports CONSUMED or IN_PROGRESS otherwise. `finish` marks

@@ -1,4 +1,4 @@
-"""The producer's message stubs (seed 002 6.2.1.1): written before a send, confirmed after it.
+"""The producer's message stubs: written before a send, confirmed after it.
 
 A stub is UNCONFIRMED from `record_before_send` until the broker's acknowledgement arrives
 (`confirm`, with where it was stored). The resend job picks stubs still unconfirmed past
@@ -73,7 +73,7 @@ class ResendBackoff:
     """Wait `first_ms` after a send, then `factor` times longer after each resend, up to `max_ms`.
 
     The first wait must cover how long a message may sit in the queue before it is consumed
-    (seed 002 6.2.1.1: "resendTime" includes the backlog), or healthy messages get resent.
+    ("resendTime" includes the backlog), or healthy messages get resent.
     """
 
     first_ms: int = 60_000

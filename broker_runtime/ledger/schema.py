@@ -67,7 +67,7 @@ message_stub = Table(
     Index("ix_message_stub_status_resend", "status", "next_resend_at"),
 )
 
-# The bodies a producer keeps for resends (seed 002 6.2.1.1 "messageContent"; the stub holds
+# The bodies a producer keeps for resends (the stub holds
 # only their hash). Optional: without it only messages some broker stored can be resent.
 message_body = Table(
     "message_body",

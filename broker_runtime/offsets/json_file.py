@@ -2,7 +2,8 @@
 
 As RocketMQ's ConfigManager: write `name.tmp`, fsync, keep the old file as `name.bak`,
 rename the new one into place, fsync the directory. A reader falls back to `.bak` when the
-main file is missing or unreadable (a crash between the two renames).
+main file is missing or unreadable (a crash between the two renames). Reads what Apache
+RocketMQ's broker writes too (fastjson: integer keys unquoted, see common.fastjson).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from broker_runtime.common import fastjson
 
 
 class CorruptStateError(ValueError):
@@ -41,7 +44,7 @@ def read_with_backup(path: Path) -> Any | None:
     errors = []
     for candidate in (path, bak):
         try:
-            return json.loads(candidate.read_text())
+            return fastjson.loads(candidate.read_text())
         except FileNotFoundError:
             continue
         except (OSError, ValueError) as e:

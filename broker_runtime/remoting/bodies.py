@@ -17,10 +17,13 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from broker_runtime.common import fastjson
 from broker_runtime.common.message import properties_to_string, string_to_properties
+from broker_runtime.remoting.command import MAX_JSON_DEPTH, json_too_deep
 
 PERM_READ = 4
 PERM_WRITE = 2
+PERM_INHERIT = 1  # a new topic may take this one's config (TBW102)
 MASTER_ID = 0
 
 
@@ -30,8 +33,14 @@ class BodyError(ValueError):
 
 def _load(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise BodyError(f"{what} body is not JSON: {e}") from None
+    if json_too_deep(text):
+        raise BodyError(f"{what} body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        data = fastjson.loads(text)  # RocketMQ's own bodies may be fastjson's dialect
+    except ValueError as e:
         raise BodyError(f"{what} body is not JSON: {e}") from None
     if not isinstance(data, dict):
         raise BodyError(f"{what} body is not a JSON object")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -37,6 +38,28 @@ def _load_native() -> ModuleType | None:
 
 _HEADER_ABI = 1  # must equal _header.c's ABI
 _native = _load_native()
+
+
+# JSON from peers nests this deep at most (a header 2 levels, route and heartbeat bodies about
+# 5): json's parser recurses per level, and 50,000 levels raised RecursionError.
+MAX_JSON_DEPTH = 64
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `text` nests arrays and objects more than `limit` deep (strings skipped)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False  # the usual case, decided without a scan
+    depth = 0
+    for m in _STRING_OR_BRACKET.finditer(text):
+        c = m.group()
+        if c == "[" or c == "{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c == "]" or c == "}":
+            depth -= 1
+    return False
 
 
 class HeaderError(ValueError):
@@ -123,7 +146,10 @@ class RemotingCommand:
     def decode_header_py(cls, data: bytes | bytearray, body: bytes) -> RemotingCommand:
         """decode_header in Python (the C twin's reference, and what it leaves here)."""
         try:
-            header = _json(data.decode())
+            text = data.decode()
+            if json_too_deep(text):
+                raise HeaderError(f"header nests deeper than {MAX_JSON_DEPTH} levels")
+            header = _json(text)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise HeaderError(f"header is not JSON: {e}") from None
         if type(header) is not dict:

@@ -57,7 +57,10 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._deadlines: list[tuple[float, int]] = []  # a heap of (deadline, opaque)
-        self._sweep: asyncio.TimerHandle | None = None
+        # uvloop's call_at returns a plain Handle (no `when`) for a deadline under half a
+        # millisecond away, so the sweep's time is kept here.
+        self._sweep: asyncio.Handle | None = None
+        self._sweep_at = 0.0
         self._transport: asyncio.Transport | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -130,6 +133,11 @@ class Connection(asyncio.Protocol):
     def closed(self) -> bool:
         return self._is_closed
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received of a frame not yet complete."""
+        return self._decoder.buffered
+
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame (a response, or a request whose answer nobody waits for)."""
         transport = self._transport
@@ -159,7 +167,7 @@ class Connection(asyncio.Protocol):
         self._pending[opaque] = fut
         deadline = loop.time() + timeout
         heapq.heappush(self._deadlines, (deadline, opaque))
-        if self._sweep is None or deadline < self._sweep.when():
+        if self._sweep is None or deadline < self._sweep_at:
             self._arm(loop, deadline)
         try:
             self.send(cmd)
@@ -177,6 +185,7 @@ class Connection(asyncio.Protocol):
         if self._sweep is not None:
             self._sweep.cancel()
         self._sweep = loop.call_at(when, self._expire, loop)
+        self._sweep_at = when
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Fail the requests whose deadline has passed; drop the entries of answered ones."""

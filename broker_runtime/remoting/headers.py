@@ -1,9 +1,10 @@
 """Typed request and response headers, with RocketMQ's field names on the wire.
 
 Each class mirrors a RocketMQ `*RequestHeader` / `*ResponseHeader`: attributes are
-snake_case here and camelCase in `extFields` (`queue_offset` <-> `queueOffset`), values are
-strings on the wire. `decode` names a missing or malformed field in its error, which the
-processor table turns into an error response.
+snake_case here and camelCase in `extFields` (`queue_offset` <-> `queueOffset`; a field's
+`wire` metadata names one that RocketMQ spells otherwise), values are strings on the wire.
+`decode` names a missing or malformed field in its error, which the processor table turns
+into an error response.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, Self, get_type_hints
 
+from broker_runtime.common.topics import AUTO_CREATE_TOPIC
 from broker_runtime.remoting.command import HeaderError, RemotingCommand
+from broker_runtime.remoting.protocol import RequestCode
 
 
 def _camel(name: str) -> str:
@@ -28,7 +31,8 @@ def _base(hint: Any) -> type:
 
 
 # Source templates of the per-class codecs: `raw` is the wire string, then the value; the
-# parse step's `else`/`elif` continues the template's `if raw is None`.
+# parse step's `else` continues the template's `if raw is None`. A bool is Java's
+# Boolean.parseBoolean: "true" in any case, anything else false (never an error).
 _REQUIRED = """
     raw = get({wire!r})
     if raw is None:
@@ -48,12 +52,8 @@ _PARSE = {
             raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}") from None
 """,
     bool: """
-    elif raw == "true":
-        raw = True
-    elif raw == "false":
-        raw = False
     else:
-        raise HeaderError(f"header field {wire!r} has a bad value: {{raw!r}}")
+        raw = raw == "true" or raw.lower() == "true"
 """,
 }
 _WIRE = {str: "x", int: "'%d' % x", bool: "'true' if x else 'false'"}
@@ -66,7 +66,7 @@ def _compile(cls: type) -> tuple[Callable[..., Any], Callable[..., dict[str, obj
     decode, fields, args = ["def decode(cmd):\n    get = cmd.ext_fields.get"], [], []
     ns: dict[str, Any] = {"cls": cls, "HeaderError": HeaderError}
     for i, f in enumerate(dataclasses.fields(cls)):
-        wire, base = _camel(f.name), _base(hints[f.name])
+        wire, base = f.metadata.get("wire") or _camel(f.name), _base(hints[f.name])
         if f.default is dataclasses.MISSING:
             decode.append(_REQUIRED.format(wire=wire).strip("\n"))
         else:
@@ -113,6 +113,9 @@ def _codec(cls: type) -> tuple[Callable[..., Any], Callable[..., dict[str, objec
 
 @dataclasses.dataclass(slots=True)
 class SendMessageRequestHeader(Header):
+    """SEND_MESSAGE's header. RocketMQ requires defaultTopic, defaultTopicQueueNums, sysFlag and
+    flag too; this broker takes their defaults when they are missing."""
+
     producer_group: str
     topic: str
     queue_id: int
@@ -123,6 +126,56 @@ class SendMessageRequestHeader(Header):
     reconsume_times: int = 0
     max_reconsume_times: int | None = None
     batch: bool = False
+    default_topic: str = AUTO_CREATE_TOPIC  # the route a client sent by, for a new topic
+    default_topic_queue_nums: int = 4  # queues the client asks a new topic to get
+    unit_mode: bool = False
+
+    def v2(self) -> SendMessageRequestHeaderV2:
+        """This header with the one-letter names: the only way Apache RocketMQ's broker
+        reads a SEND_BATCH_MESSAGE's ("The specified topic is blank" otherwise)."""
+        return SendMessageRequestHeaderV2(
+            self.producer_group, self.topic, self.default_topic, self.default_topic_queue_nums,
+            self.queue_id, self.sys_flag, self.born_timestamp, self.flag, self.properties,
+            self.reconsume_times, self.unit_mode, self.max_reconsume_times, self.batch,
+        )  # fmt: skip
+
+    @staticmethod
+    def of(cmd: RemotingCommand) -> SendMessageRequestHeader:
+        """The header of any send: SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE carry the one-letter
+        SendMessageRequestHeaderV2 (RocketMQ's parseRequestHeader); a SEND_BATCH_MESSAGE with
+        the long names (mqaudit's clients before 4.9 compatibility) is taken too."""
+        if cmd.code == RequestCode.SEND_MESSAGE_V2 or (
+            cmd.code == RequestCode.SEND_BATCH_MESSAGE and "b" in cmd.ext_fields
+        ):
+            return SendMessageRequestHeaderV2.decode(cmd).v1()
+        return SendMessageRequestHeader.decode(cmd)
+
+
+@dataclasses.dataclass(slots=True)
+class SendMessageRequestHeaderV2(Header):
+    """RocketMQ's SendMessageRequestHeaderV2: SendMessageRequestHeader with one-letter field
+    names, as the official Java client sends every message (sendSmartMsg) and every batch."""
+
+    a: str  # producerGroup
+    b: str  # topic
+    c: str  # defaultTopic
+    d: int  # defaultTopicQueueNums
+    e: int  # queueId
+    f: int  # sysFlag
+    g: int  # bornTimestamp
+    h: int  # flag
+    i: str = ""  # properties
+    j: int = 0  # reconsumeTimes
+    k: bool = False  # unitMode
+    l: int | None = None  # maxReconsumeTimes  # noqa: E741 (RocketMQ's name)
+    m: bool = False  # batch
+    n: str | None = None  # brokerName
+
+    def v1(self) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            self.a, self.b, self.e, self.g, self.i, self.f, self.h, self.j, self.l, self.m,
+            self.c, self.d, self.k,
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(slots=True)
@@ -147,6 +200,7 @@ class PullMessageRequestHeader(Header):
     subscription: str | None = None  # with FLAG_SUBSCRIPTION: "*", "TAGA || TAGB" or SQL92
     expression_type: str | None = None  # TAG or SQL92 (RocketMQ's ExpressionType)
     client_id: str | None = None
+    sub_version: int = 0  # CFNotNull in Apache RocketMQ (its client sends the build time)
 
 
 @dataclasses.dataclass(slots=True)
@@ -206,6 +260,15 @@ class QueryMessageRequestHeader(Header):
 
 
 @dataclasses.dataclass(slots=True)
+class QueryMessageResponseHeader(Header):
+    """Where the key index stands (the newest index file's end); the official client unboxes
+    both fields of every successful answer."""
+
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+@dataclasses.dataclass(slots=True)
 class TopicHeader(Header):
     """GET_ROUTEINFO_BY_TOPIC, GET_CONSUMER_LIST_BY_GROUP (with `consumer_group`) and others."""
 
@@ -255,6 +318,32 @@ class UnregisterBrokerRequestHeader(Header):
 
 @dataclasses.dataclass(slots=True)
 class UnregisterClientRequestHeader(Header):
-    client_id: str
+    client_id: str = dataclasses.field(metadata={"wire": "clientID"})  # RocketMQ's spelling
     producer_group: str | None = None
     consumer_group: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION: a producer's commit (8), rollback (12) or unknown (0) for the half
+    message at `commit_log_offset`, whose half-topic queue offset is `tran_state_table_offset`."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool = False
+    msg_id: str | None = None
+    transaction_id: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE, broker to producer: how did this transaction end? The body is
+    the half message (as stored, with its real topic and queue back)."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None

@@ -25,14 +25,16 @@ class RequestCode(IntEnum):
     GET_EARLIEST_MSG_STORETIME = 32
     VIEW_MESSAGE_BY_ID = 33
     HEART_BEAT = 34
-    CHECK_CLIENT_CONFIG = 46
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    CHECK_CLIENT_CONFIG = 46
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
@@ -41,10 +43,13 @@ class RequestCode(IntEnum):
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
+    GET_CONSUMER_CONNECTION_LIST = 203
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_CLIENT_OFFSET = 220
     INVOKE_BROKER_TO_RESET_OFFSET = 222
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
 
 
@@ -75,6 +80,23 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206
+
+
+class MQVersion(IntEnum):
+    """Ordinals of RocketMQ's MQVersion.Version that a request's `version` is held against.
+
+    Apache RocketMQ's broker takes a send-back's maxReconsumeTimes only from V3_4_9 on (else
+    the group's retryMaxTimes), passes an admin's offset reset only to consumers that said
+    V3_0_7_SNAPSHOT or later in their heartbeat, and its name server answers strict JSON
+    from V4_9_4 on.
+    """
+
+    V3_4_9 = 165
+    V4_9_4 = 584
+    V4_9_7 = 593
+
+
+CLIENT_VERSION = MQVersion.V4_9_7  # what mqaudit's clients say they are, as Java's 4.9.7
 
 
 def code_name(code: int, response: bool) -> str:

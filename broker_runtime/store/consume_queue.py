@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from broker_runtime.common.constants import CQ_BLANK_SIZE
 from broker_runtime.store.accel import native
 from broker_runtime.store.mapped_file import MappedFile
 from broker_runtime.store.record_codec import DispatchRequest
@@ -20,7 +21,7 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
 DEFAULT_ENTRIES_PER_FILE = 300_000
 # RocketMQ's fillPreBlank entry: marks queue offsets that have no message.
-BLANK_ENTRY = ENTRY.pack(0, 0x7FFFFFFF, 0)
+BLANK_ENTRY = ENTRY.pack(0, CQ_BLANK_SIZE, 0)
 
 
 def _pack_entries(
@@ -56,6 +57,11 @@ class CqEntry(NamedTuple):
     phys_offset: int
     size: int
     tags_code: int
+
+    @property
+    def blank(self) -> bool:
+        """A filler entry: its queue offset holds no message."""
+        return self.size == CQ_BLANK_SIZE
 
 
 class ConsumeQueue:
@@ -98,7 +104,7 @@ class ConsumeQueue:
         n = self.max_offset
         for qo in range(n - 1, max(self.min_queue_offset, n - 64) - 1, -1):
             e = self.get(qo)
-            if e is not None and e.size != 0x7FFFFFFF:
+            if e is not None and not e.blank:
                 self.max_phys_end = e.phys_offset + e.size
                 break
 
@@ -175,7 +181,7 @@ class ConsumeQueue:
         while lo < hi:  # phys offsets grow along the queue: find the first entry past the end
             mid = (lo + hi) // 2
             e = self.get(mid)
-            if e is not None and (e.size == 0x7FFFFFFF or e.phys_offset + e.size <= phys_end):
+            if e is not None and (e.blank or e.phys_offset + e.size <= phys_end):
                 lo = mid + 1
             else:
                 hi = mid
@@ -195,7 +201,7 @@ class ConsumeQueue:
         qo = max(self.min_queue_offset, self.segments.min_offset // ENTRY_SIZE)
         while qo < self.max_offset:
             e = self.get(qo)
-            if e is None or (e.size != 0x7FFFFFFF and e.phys_offset >= log_min_offset):
+            if e is None or (not e.blank and e.phys_offset >= log_min_offset):
                 break
             qo += 1
         self.min_queue_offset = qo

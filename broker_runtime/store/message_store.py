@@ -1,4 +1,5 @@
-"""The store facade brokers use: put, get by queue offset, query by key, recover, shut down."""
+"""The store facade, the only way brokers reach the store: put, read a queue, read a message
+by offset, id, key or time, recover, shut down. Brokers never read store bytes themselves."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.checkpoint import Checkpoint
 from broker_runtime.store.cleanup import CleanupPolicy, CleanupReport
 from broker_runtime.store.commit_log import CommitLog, PutResult
-from broker_runtime.store.consume_queue import ConsumeQueue
+from broker_runtime.store.consume_queue import ConsumeQueue, CqEntry
 from broker_runtime.store.dispatcher import Dispatcher
 from broker_runtime.store.flush_service import GroupCommitService, PeriodicService
 from broker_runtime.store.index_service import IndexService
@@ -177,7 +178,7 @@ class MessageStore:
         next_offset = max(offset, cq.min_queue_offset)
         for e in cq.entries(next_offset, max_count):
             next_offset = e.queue_offset + 1
-            if e.size == 0x7FFFFFFF:
+            if e.blank:
                 continue
             raw = self.commit_log.read(e.phys_offset, e.size)
             if raw is not None:  # None: the log file expired under the entry
@@ -191,6 +192,45 @@ class MessageStore:
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queues.get((topic, queue_id))
         return cq.min_queue_offset if cq else 0
+
+    def queue_entries(self, topic: str, queue_id: int, offset: int, count: int) -> list[CqEntry]:
+        """Up to `count` ConsumeQueue entries of a queue from `offset`, blank ones included."""
+        return self.consume_queue(topic, queue_id).entries(offset, count)
+
+    def unit_at(self, phys_offset: int, size: int) -> bytes | None:
+        """The stored bytes of the message a queue entry points at (None once expired)."""
+        return self.commit_log.read(phys_offset, size)
+
+    @property
+    def log_min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def log_max_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    def store_time_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """STORETIMESTAMP of the message at `queue_offset`; 0 if there is none (or it expired)."""
+        if queue_offset < 0:
+            return 0
+        e = self.consume_queue(topic, queue_id).get(queue_offset)
+        if e is None or e.blank:
+            return 0
+        raw = self.commit_log.read(e.phys_offset + codec.STORE_TIMESTAMP_AT, 8)
+        return int.from_bytes(raw, "big", signed=True) if raw is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after `timestamp_ms` (the max offset if none)."""
+        cq = self.consume_queue(topic, queue_id)
+        lo, hi = cq.min_queue_offset, cq.max_offset
+        while lo < hi:  # store times never decrease along a queue
+            mid = (lo + hi) // 2
+            t = self.store_time_at(topic, queue_id, mid)
+            if 0 < t < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def message_at(self, phys_offset: int) -> StoredMessage | None:
         """The message whose unit starts at `phys_offset`, CRC checked."""
@@ -229,6 +269,21 @@ class MessageStore:
                 if len(found) >= max_count:
                     break
         return found
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to `max_bytes` raw CommitLog bytes from `offset`, never past the end of its file
+        (what a master replicates); None when nothing is written there."""
+        f = self.commit_log.segments.find(offset)
+        if f is None:
+            return None
+        rel = offset - f.file_from_offset
+        n = min(max_bytes, f.wrote_position - rel)
+        if n <= 0:
+            return None
+        try:
+            return bytes(f.view[rel : rel + n])
+        except ValueError:  # cleanup closed the file after we found it
+            return None
 
     def wait_dispatched(self, timeout: float | None = 30.0) -> bool:
         return self.dispatcher.wait_idle(timeout)

@@ -46,6 +46,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")  # every fixed field up to BODY's length
 HEADER_SIZE = HEADER.size  # 88
+STORE_TIMESTAMP_AT = 56  # STORETIMESTAMP's byte position in a unit
 _PREFIX = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
@@ -313,8 +314,9 @@ def check_unit(buf: Buffer, pos: int, limit: int, *, check_crc: bool = True) -> 
     return total
 
 
-def decode(buf: Buffer, pos: int = 0) -> StoredMessage:
-    """Decode the (already checked) message unit at `pos`."""
+def decode(buf: Buffer, pos: int = 0, errors: str = "strict") -> StoredMessage:
+    """Decode the (already checked) message unit at `pos`; `errors` as bytes.decode's for
+    its topic and properties (UnicodeDecodeError by default)."""
     view = memoryview(buf)
     (
         total,
@@ -339,10 +341,10 @@ def decode(buf: Buffer, pos: int = 0) -> StoredMessage:
     body = bytes(view[p : p + body_len])
     p += body_len
     topic_len = view[p]
-    topic = bytes(view[p + 1 : p + 1 + topic_len]).decode()
+    topic = bytes(view[p + 1 : p + 1 + topic_len]).decode(errors=errors)
     p += 1 + topic_len
     props_len = _I16.unpack_from(view, p)[0]
-    props = bytes(view[p + 2 : p + 2 + props_len]).decode()
+    props = bytes(view[p + 2 : p + 2 + props_len]).decode(errors=errors)
     return StoredMessage(
         total_size=total,
         magic=magic,

@@ -1,4 +1,4 @@
-"""Raw CommitLog bytes for replication: a master reads them, a slave appends them.
+"""A slave appends its master's raw CommitLog bytes (MessageStore.read_log on the master).
 
 A slave's log is a byte copy of its master's: the same units at the same offsets (blank
 units closing segments included). The slave indexes what it receives through its own
@@ -14,21 +14,6 @@ from broker_runtime.store.message_store import MessageStore
 
 class ReplicaError(ValueError):
     """Bytes from the master that cannot be appended here (wrong offset, or not units)."""
-
-
-def read_log(store: MessageStore, offset: int, max_bytes: int) -> bytes | None:
-    """Up to `max_bytes` written log bytes from `offset`, never past the end of its segment."""
-    f = store.commit_log.segments.find(offset)
-    if f is None:
-        return None
-    rel = offset - f.file_from_offset
-    n = min(max_bytes, f.wrote_position - rel)
-    if n <= 0:
-        return None
-    try:
-        return bytes(f.view[rel : rel + n])
-    except ValueError:  # cleanup closed the segment after we found it
-        return None
 
 
 class ReplicaWriter:

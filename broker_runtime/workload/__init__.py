@@ -1,3 +1,3 @@
 """The fault-injecting workload (`mqaudit workload`): producers and consumers against a
-cluster, each scenario injecting one fault of SPEC.md section 2, and `truth.json` recording
+cluster, each scenario injecting one fault, and `truth.json` recording
 what actually happened, so that the audit can be scored against it."""

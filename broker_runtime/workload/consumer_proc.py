@@ -22,12 +22,14 @@ from typing import Any
 
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.handover import HandoverPushConsumer
 from broker_runtime.client.ledger_hooks import ConsumerLedgerHooks
 from broker_runtime.client.model import ConsumeFromWhere, ConsumeStatus, ReceivedMessage
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.common import aio
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.ledger.consumer import ConsumerLedger
 from broker_runtime.workload.faults import LossyAckConsumer
 from broker_runtime.workload.journal import JournalWriter
@@ -51,7 +53,7 @@ class ConsumerSpec:
     fail_times: dict[str, int] = field(default_factory=dict)  # index -> failing deliveries
     delay_ms: float = 0.0
     retry_delay_level: int = 0
-    max_reconsume: int = 16
+    max_reconsume: int = MAX_RECONSUME_TIMES
     lose_acks: list[Any] | None = None  # [topic, broker, queue id, offset]: acks past it lost
     wait_signal: bool = False
     poll_namesrv_s: float = 30.0
@@ -110,25 +112,27 @@ def build(spec: ConsumerSpec, journal: JournalWriter) -> PushConsumer:
         persist_offset_interval_s=spec.persist_interval_s,
         poll_name_server_interval_s=spec.poll_namesrv_s,
     )
+    options = ConsumerOptions(
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        rebalance_interval_s=spec.rebalance_interval_s,
+        suspend_ms=spec.suspend_ms,
+    )
     common: dict[str, Any] = {
-        "consume_from": ConsumeFromWhere.FIRST_OFFSET,
         "threads": spec.threads,
         "max_reconsume_times": spec.max_reconsume,
-        "rebalance_interval_s": spec.rebalance_interval_s,
         "pull_threshold_for_queue": spec.pull_threshold_for_queue,
-        "suspend_ms": spec.suspend_ms,
     }
     consumer: PushConsumer
     if spec.handover:
-        consumer = HandoverPushConsumer(config, spec.group, listener, **common)
+        consumer = HandoverPushConsumer(config, spec.group, listener, options, **common)
     elif spec.lose_acks:
         topic, broker, qid, offset = spec.lose_acks
         lossy = MessageQueue(str(topic), str(broker), int(qid))
-        consumer = LossyAckConsumer(config, spec.group, listener, **common)
+        consumer = LossyAckConsumer(config, spec.group, listener, options, **common)
         consumer.lose_acks(lossy, int(offset), lambda o: journal.write("ack_lost", q=list(
             (lossy.topic, lossy.broker, lossy.queue_id)), o=o))  # fmt: skip
     else:
-        consumer = PushConsumer(config, spec.group, listener, **common)
+        consumer = PushConsumer(config, spec.group, listener, options, **common)
     consumer.subscribe(spec.topic)
     return consumer
 

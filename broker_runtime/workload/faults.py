@@ -3,11 +3,11 @@
 - Lost send responses: the producer's request reaches the broker, which stores the message
   and answers; the answer is dropped before the producer reads it, and the send attempt
   fails as a timeout would. The producer retries (elsewhere) and the message is stored a
-  second time with the same UNIQ_KEY (seed 002 6.1.2.1).
+  second time with the same UNIQ_KEY.
 - Lost acks: a consumer's offset commits of one queue past an offset never reach the broker
   (neither UPDATE_CONSUMER_OFFSET nor the offset piggy-backed on pulls); the consumer goes
   on as if they had. After it dies, that queue is consumed again from the last commit that
-  arrived (seed 004: the ack lost after processing).
+  arrived (the ack lost after processing).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.common.progress import reporter
 from broker_runtime.workload import plan as P
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.scenarios.common import Ctx
@@ -138,10 +138,11 @@ class ClusterStarter:
 
 
 _T0 = time.monotonic()
+_say = reporter("workload")
 
 
 def say(msg: str) -> None:
-    print(f"[workload {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    _say(f"[{time.monotonic() - _T0:6.1f}s] {msg}")
 
 
 def write_truth(path: Path, doc: dict[str, Any]) -> None:

@@ -27,25 +27,25 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from broker_runtime.common.findings import (
+    ABSENT_FROM_COMMITLOG,
+    DEAD_LETTERED,
+    DELIVERED_TWICE,
+    LOST_AFTER_ACK,
+    MAX_RECONSUME_TIMES,
+    OFFSET_NOT_COMMITTED,
+    PRODUCER_RESEND,
+    REBALANCE_OVERLAP,
+    REDELIVERY_AFTER_RESTART,
+    RETRIED_THEN_OK,
+    RETRY_AFTER_FAILURE,
+    SENT_TO_DLQ_DIRECTLY,
+    STORED_TWICE,
+    TRUTH_KINDS,
+)
 from broker_runtime.common.topics import is_retry_topic
 from broker_runtime.workload.journal import Delivery
 
-STORED_TWICE = "stored_twice"
-DELIVERED_TWICE = "delivered_twice"
-RETRIED_THEN_OK = "retried_then_ok"
-DEAD_LETTERED = "dead_lettered"
-LOST_AFTER_ACK = "lost_after_ack"
-KINDS = (STORED_TWICE, DELIVERED_TWICE, RETRIED_THEN_OK, DEAD_LETTERED, LOST_AFTER_ACK)
-
-RETRY_AFTER_FAILURE = "retry_after_failure"
-PRODUCER_RESEND = "producer_resend"
-REBALANCE_OVERLAP = "rebalance_overlap"
-REDELIVERY_AFTER_RESTART = "redelivery_after_restart"
-OFFSET_NOT_COMMITTED = "offset_not_committed"
-# The audit's causes of the other kinds, where the workload knows them.
-MAX_RECONSUME_TIMES = "max_reconsume_times"  # dead-lettered after failing each retry
-SENT_TO_DLQ_DIRECTLY = "sent_to_dlq_directly"  # dead-lettered on its first failure
-ABSENT_FROM_COMMITLOG = "absent_from_commitlog"  # acknowledged, then in no store
 FAILURES = ("RECONSUME_LATER", "FAILED")
 
 Finding = dict[str, Any]
@@ -151,7 +151,7 @@ def stored_twice_findings(
 
 
 def expected(findings: Iterable[Finding]) -> dict[str, int]:
-    counts = dict.fromkeys(KINDS, 0)
+    counts = dict.fromkeys(TRUTH_KINDS, 0)
     for f in findings:
         counts[f["kind"]] += 1
     return counts
@@ -215,7 +215,7 @@ def validate(doc: Any) -> None:
             if key not in s:
                 raise ValueError(f"scenario {name} has no {key!r}")
         for f in s["findings"]:
-            if f.get("kind") not in KINDS:
+            if f.get("kind") not in TRUTH_KINDS:
                 raise ValueError(f"scenario {name}: unknown kind {f.get('kind')!r}")
             if not isinstance(f.get("msg_id"), str) or not f["msg_id"]:
                 raise ValueError(f"scenario {name}: a finding without msg_id")

@@ -16,13 +16,22 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
+from broker_runtime.common import findings
 from expectations.derived import LAG_QUEUE, with_latest_snapshot
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
-from pipeline import audit_schemas as A
 
-DUPLICATE_KINDS = [A.STORED_TWICE, A.DELIVERED_TWICE, A.DUPLICATE_EFFECT, A.RETRIED_THEN_OK]
-LOSS_KINDS = [A.LOST_AFTER_ACK, A.NEVER_DELIVERED, A.EXPIRED_BEFORE_CONSUMED]
-CONSISTENCY_KINDS = [A.CQ_WITHOUT_MESSAGE, A.OFFSET_REGRESSION, A.QUEUE_OFFSET_GAP]
+DUPLICATE_KINDS = [
+    findings.STORED_TWICE,
+    findings.DELIVERED_TWICE,
+    findings.DUPLICATE_EFFECT,
+    findings.RETRIED_THEN_OK,
+]
+LOSS_KINDS = [findings.LOST_AFTER_ACK, findings.NEVER_DELIVERED, findings.EXPIRED_BEFORE_CONSUMED]
+CONSISTENCY_KINDS = [
+    findings.CQ_WITHOUT_MESSAGE,
+    findings.OFFSET_REGRESSION,
+    findings.QUEUE_OFFSET_GAP,
+]
 
 _FINDING_ID = ("kind", "cause", "group", "msg_id", "count")
 
@@ -53,7 +62,9 @@ def audit_duplicates_suite() -> gx.ExpectationSuite:
         "duplicate_kinds",
         2,
         *not_null(["msg_id"]),
-        _at_most("max_duplicate_effects", row_condition=Column("kind") == A.DUPLICATE_EFFECT),
+        _at_most(
+            "max_duplicate_effects", row_condition=Column("kind") == findings.DUPLICATE_EFFECT
+        ),
     )
 
 
@@ -70,7 +81,7 @@ def audit_lag_suite() -> gx.ExpectationSuite:
         0,
         *not_null([*LAG_QUEUE, "snapshot_ts", "lag_messages"]),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=[*LAG_QUEUE, "snapshot_ts"]),
-        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(A.LAG_STATUSES)),
+        gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(findings.LAG_STATUSES)),
         *at_least(0, ["lag_messages", "lag_ms"]),
         gxe.ExpectColumnValuesToBeBetween(
             column="lag_messages", max_value=param("max_lag_messages"), row_condition=latest
@@ -106,7 +117,7 @@ def audit_dead_letters_suite() -> gx.ExpectationSuite:
 
 
 def resend_candidates_suite() -> gx.ExpectationSuite:
-    """One candidate per stub (seed 002 6.5.1); how many may be due at once."""
+    """One candidate per stub; how many may be due at once."""
     return _finding(
         "resend_candidates",
         "resend_kinds",
@@ -118,7 +129,7 @@ def resend_candidates_suite() -> gx.ExpectationSuite:
 
 
 def manual_handling_suite() -> gx.ExpectationSuite:
-    """Stubs at max send count (seed 002 6.5.3): each once; a person must look at them."""
+    """Stubs at max send count: each once; a person must look at them."""
     return _finding(
         "manual_handling",
         "manual_kinds",
@@ -140,7 +151,7 @@ SPECS = [
         audit_duplicates_suite,
         {"duplicate_kinds": DUPLICATE_KINDS, "max_duplicate_effects": 0},
         _FINDING_ID,
-        doc={"max_duplicate_effects": f"at most this many `{A.DUPLICATE_EFFECT}` rows"},
+        doc={"max_duplicate_effects": f"at most this many `{findings.DUPLICATE_EFFECT}` rows"},
     ),
     SuiteSpec(
         "audit_losses",
@@ -153,7 +164,7 @@ SPECS = [
         "audit_lag",
         audit_lag_suite,
         {
-            "lag_kinds": [A.LAG],
+            "lag_kinds": [findings.LAG],
             "max_lag_messages": 10_000,
             "max_lag_ms": 15 * 60_000,
             "failing_lag_statuses": ["STALLED", "STOPPED"],
@@ -170,7 +181,7 @@ SPECS = [
         "audit_dead_letters",
         audit_dead_letters_suite,
         {
-            "dead_letter_kinds": [A.DEAD_LETTERED],
+            "dead_letter_kinds": [findings.DEAD_LETTERED],
             "max_dead_letters": 100,
             "max_dead_letter_age_ms": 7 * _DAY_MS,
         },
@@ -183,14 +194,14 @@ SPECS = [
     SuiteSpec(
         "resend_candidates",
         resend_candidates_suite,
-        {"resend_kinds": [A.RESEND_DUE], "max_resend_candidates": None},
+        {"resend_kinds": [findings.RESEND_DUE], "max_resend_candidates": None},
         _FINDING_ID,
         doc={"max_resend_candidates": "at most this many candidates (None: no limit)"},
     ),
     SuiteSpec(
         "manual_handling",
         manual_handling_suite,
-        {"manual_kinds": [A.MAX_SEND_COUNT], "max_manual_handling": 0},
+        {"manual_kinds": [findings.MAX_SEND_COUNT], "max_manual_handling": 0},
         _FINDING_ID,
         doc={"max_manual_handling": "at most this many stubs waiting for a person"},
     ),

@@ -10,9 +10,11 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from pyspark.sql import DataFrame
 
+from broker_runtime.common.constants import NAME_PATTERN
+
 # Java regex for Spark's rlike, the same rule as broker_runtime.common.topics (names become
 # paths on the broker); \z rather than $ so that a trailing newline does not pass.
-NAME_PATTERN = r"^[%|a-zA-Z0-9_-]{1,127}\z"
+NAME_REGEX = rf"^{NAME_PATTERN}\z"  # GX runs it in Spark (Java regex)
 
 # Epoch milliseconds before 2001-09-09: a timestamp this small was written in seconds (or is
 # garbage), which every later time comparison would silently get wrong.
@@ -50,7 +52,7 @@ def at_least(minimum: int, columns: Iterable[str]) -> list[gxe.Expectation]:
 
 
 def legal_names(columns: Iterable[str]) -> list[gxe.Expectation]:
-    return [gxe.ExpectColumnValuesToMatchRegex(column=c, regex=NAME_PATTERN) for c in columns]
+    return [gxe.ExpectColumnValuesToMatchRegex(column=c, regex=NAME_REGEX) for c in columns]
 
 
 def not_before(column_a: str, column_b: str) -> gxe.Expectation:

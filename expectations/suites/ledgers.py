@@ -6,11 +6,13 @@ send count, a parameter because deployments set it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
-from broker_runtime.broker.retry_policy import DEFAULT_MAX_RECONSUME_TIMES
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, MAX_RECONSUME_TIMES
 from broker_runtime.ledger.schema import Outcome, StubStatus
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
@@ -21,8 +23,7 @@ from expectations.suites.common import (
     not_null,
     param,
 )
-from pipeline.schemas import MESSAGE_LOG_KEY, MESSAGE_STUB_KEY
-from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT
+from pipeline.lake import TABLES
 
 MESSAGE_STUB = "message_stub"
 MESSAGE_LOG = "message_log"
@@ -31,17 +32,17 @@ STUB_STATUSES = [s.value for s in StubStatus]
 LOG_OUTCOMES = [o.value for o in Outcome]  # NULL while in progress
 
 STUB_DEFAULTS = {
-    # The resend job's max send count (seed 002 6.5.3): a stub never goes past it.
+    # The resend job's max send count: a stub never goes past it.
     "max_send_count": DEFAULT_MAX_SEND_COUNT,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 LOG_DEFAULTS = {
-    "max_reconsume_times": DEFAULT_MAX_RECONSUME_TIMES,
+    "max_reconsume_times": MAX_RECONSUME_TIMES,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 
 
-def _unique(key: list[str]) -> list[gxe.Expectation]:
+def _unique(key: Sequence[str]) -> list[gxe.Expectation]:
     (column,) = key  # the ledgers have single-column keys
     return [gxe.ExpectColumnValuesToBeUnique(column=column)]
 
@@ -54,7 +55,7 @@ def message_stub_suite() -> gx.ExpectationSuite:
             *not_null(
                 ["msg_id", "topic", "body_hash", "status", "send_count", "created_at", "updated_at"]
             ),
-            *_unique(MESSAGE_STUB_KEY),
+            *_unique(TABLES["message_stub"].key),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
             *legal_names(["topic"]),
             gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=r"^[0-9a-f]{64}\z"),
@@ -83,7 +84,7 @@ def message_log_suite() -> gx.ExpectationSuite:
         name=MESSAGE_LOG,
         expectations=[
             *not_null(["id", "msg_id", "topic", "group", "client_id", "received_at"]),
-            *_unique(MESSAGE_LOG_KEY),
+            *_unique(TABLES["message_log"].key),
             *legal_names(["topic", "group"]),
             gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=LOG_OUTCOMES),
             # A delivery with an outcome has finished: the two are written together.

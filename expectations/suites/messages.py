@@ -9,7 +9,7 @@ from __future__ import annotations
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
-from broker_runtime.broker.retry_policy import DEFAULT_MAX_RECONSUME_TIMES
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from expectations.derived import with_message_checks
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
@@ -20,7 +20,7 @@ from expectations.suites.common import (
     not_null,
     param,
 )
-from pipeline.schemas import MESSAGES_KEY
+from pipeline.lake import TABLES
 
 TABLE = "messages"
 
@@ -30,7 +30,7 @@ DEFAULTS = {
     # Share of rows whose BODYCRC matches the body; 1.0 = any corrupt body fails the gate.
     "min_crc_ok_ratio": 1.0,
     # maxReconsumeTimes (RocketMQ's default 16): retries and DLQ copies never count higher.
-    "max_reconsume_times": DEFAULT_MAX_RECONSUME_TIMES,
+    "max_reconsume_times": MAX_RECONSUME_TIMES,
     "min_timestamp_ms": MIN_TIMESTAMP_MS,
 }
 
@@ -65,7 +65,7 @@ def messages_suite() -> gx.ExpectationSuite:
                     "is_dlq",
                 ]
             ),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=MESSAGES_KEY),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["messages"].key)),
             *at_least(0, ["broker_id", "phys_offset", "queue_id", "queue_offset"]),
             *legal_names(["topic"]),
             # Within one queue of one store, the later a message sits in the commitlog the

@@ -10,8 +10,9 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
+from broker_runtime.store.segment_scan import REASONS
 from expectations.suites.common import SuiteSpec, at_least, not_null, param
-from pipeline.schemas import QUARANTINE_KEY
+from pipeline.lake import TABLES
 
 TABLE = "quarantine"
 
@@ -20,16 +21,8 @@ DEFAULTS = {
     "max_quarantine_rows": 0,
     # Non-final tails allowed; None = any number (one per store is normal while writing).
     "max_pending_quarantine_rows": None,
-    # The record codec's reasons plus the reader's own for zero gaps and trailing garbage.
-    "quarantine_reasons": [
-        "torn",
-        "bad_magic",
-        "bad_size",
-        "bad_lengths",
-        "bad_crc",
-        "zero_gap",
-        "garbage",
-    ],
+    # The reasons the CommitLog reader reports damaged ranges with.
+    "quarantine_reasons": list(REASONS),
 }
 
 DOC = {
@@ -55,7 +48,7 @@ def quarantine_suite() -> gx.ExpectationSuite:
                 row_condition=Column("final") == False,  # noqa: E712
             ),
             *not_null(["broker", "broker_id", "file", "position", "length", "reason", "final"]),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=QUARANTINE_KEY),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["quarantine"].key)),
             *at_least(0, ["position", "log_offset"]),
             *at_least(1, ["length"]),
             gxe.ExpectColumnValuesToBeInSet(column="reason", value_set=param("quarantine_reasons")),

@@ -20,7 +20,7 @@ from expectations.suites.common import (
     not_null,
     param,
 )
-from pipeline.schemas import CONSUME_QUEUE_KEY, CONSUMER_OFFSETS_KEY
+from pipeline.lake import TABLES
 
 CONSUME_QUEUE = "consume_queue"
 CONSUMER_OFFSETS = "consumer_offsets"
@@ -34,7 +34,7 @@ def consume_queue_suite() -> gx.ExpectationSuite:
             *not_null(
                 ["broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset", "size"]
             ),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=CONSUME_QUEUE_KEY),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["consume_queue"].key)),
             *at_least(0, ["broker_id", "queue_id", "queue_offset", "phys_offset"]),
             *at_least(1, ["size"]),
             *legal_names(["topic"]),
@@ -64,7 +64,7 @@ def consumer_offsets_suite() -> gx.ExpectationSuite:
                     "committed_offset",
                 ]
             ),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=CONSUMER_OFFSETS_KEY),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["consumer_offsets"].key)),
             *at_least(0, ["broker_id", "queue_id", "committed_offset", "max_offset"]),
             *legal_names(["topic", "consumer_group"]),
             gxe.ExpectColumnValuesToBeBetween(

@@ -11,9 +11,8 @@ through Delta's history.
 
 from __future__ import annotations
 
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import audit_schemas as A
-from pipeline import schemas as S
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.progress import reporter
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.checkpoint import COMMITLOG
-from pipeline.jobs.ingest import table_path
+from pipeline.jobs.ingest_state import COMMITLOG
+from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
+from pipeline.results import AuditResult, AuditTable
 from pipeline.spark_session import apply_sql_conf, build_spark
 from pipeline.transforms.audit_common import MESSAGE_COLUMNS
 from pipeline.transforms.consistency import audit_consistency
@@ -33,9 +34,7 @@ from pipeline.transforms.dead_letters import audit_dead_letters
 from pipeline.transforms.duplicates import audit_duplicates
 from pipeline.transforms.lag import LagThresholds, audit_lag
 from pipeline.transforms.losses import audit_losses
-from pipeline.transforms.resend import DEFAULT_MAX_SEND_COUNT, manual_handling, resend_candidates
-
-REPLAY_LOG = "dlq_replay_log"
+from pipeline.transforms.resend import manual_handling, resend_candidates
 
 
 @dataclass(frozen=True)
@@ -64,11 +63,6 @@ class _Inputs:
     def unpersist(self) -> None:
         for df in vars(self).values():
             df.unpersist()
-
-
-def _say(message: str, enabled: bool) -> None:
-    if enabled:
-        print(f"audit: {message}", file=sys.stderr, flush=True)
 
 
 def ingested_until(checkpoint: DataFrame) -> DataFrame:
@@ -102,29 +96,34 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     def read(name: str, schema: Any) -> DataFrame:
         return io.read(table_path(lake, name), schema)
 
-    messages = read("messages", S.MESSAGES).select(*MESSAGE_COLUMNS)
-    offsets = read("consumer_offsets", S.CONSUMER_OFFSETS)
+    messages = read("messages", schemas.MESSAGES).select(*MESSAGE_COLUMNS)
+    offsets = read("consumer_offsets", schemas.CONSUMER_OFFSETS)
     if "min_offset" not in offsets.columns:  # the queue's min offset, where ingest records it
         offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
     # Every input but the ConsumeQueue feeds several audit tables: each is read once.
     keep = StorageLevel.MEMORY_AND_DISK
     return _Inputs(
         messages=messages.persist(keep),
-        consume_queue=read("consume_queue", S.CONSUME_QUEUE),
+        consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
         offsets=offsets.persist(keep),
-        stubs=read("message_stub", S.MESSAGE_STUB).persist(keep),
-        log=read("message_log", S.MESSAGE_LOG).persist(keep),
-        quarantine=read("quarantine", S.QUARANTINE).persist(keep),
-        checkpoint=read("ingest_checkpoint", S.INGEST_CHECKPOINT).persist(keep),
-        replay_log=read(REPLAY_LOG, A.DLQ_REPLAY_LOG),
+        stubs=read("message_stub", schemas.MESSAGE_STUB).persist(keep),
+        log=read("message_log", schemas.MESSAGE_LOG).persist(keep),
+        quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
+        checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
+        replay_log=read(DLQ_REPLAY_LOG.name, DLQ_REPLAY_LOG.schema),
     )
 
 
 def audit_tables(
     inputs: _Inputs, as_of_ms: int, thresholds: AuditThresholds
 ) -> dict[str, DataFrame]:
-    """Every audit table as a DataFrame (lazy), by name."""
-    i = inputs
+    """Every audit table as a DataFrame (lazy), by name.
+
+    An audit as of T sees the consumer offsets as they were known at T: a broker re-writes
+    its consumerOffset.json every few seconds, and a later snapshot must not change the
+    audit of an earlier interval.
+    """
+    i = replace(inputs, offsets=inputs.offsets.filter(F.col("snapshot_ts") <= as_of_ms))
     return {
         "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms),
         "audit_losses": audit_losses(
@@ -165,7 +164,7 @@ def profile_rows(df: DataFrame) -> TableProfile:
 
 def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[TableProfile, bool]:
     """Overwrite the table unless it already holds the same rows; (profile, written)."""
-    schema = A.AUDIT_TABLES[name]
+    schema = AUDIT_TABLES[name]
     new = profile_rows(df)
     if table_exists(path):
         old = profile_rows(io.read(path, schema))
@@ -190,7 +189,7 @@ def run_audit(
     *,
     master: str | None = None,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> AuditResult:
     """Audit the lake at `as_of_ms` (default: its last ingest time); returns a summary."""
     started = time.monotonic()
     if not Path(lake).is_dir():
@@ -203,13 +202,14 @@ def run_audit(
     inputs = _read_inputs(io, root)
     try:
         as_of = default_as_of(inputs) if as_of_ms is None else int(as_of_ms)
-        _say(f"lake {root} as of {as_of} ({io.backend} Delta backend)", progress)
-        summary: dict[str, Any] = {
+        reporter("audit", progress)(f"lake {root} as of {as_of} ({io.backend} Delta backend)")
+        summary: AuditResult = {
             "lake": root,
             "as_of_ms": as_of,
             "backend": io.backend,
             "thresholds": asdict(thresholds),
             "tables": {},
+            "seconds": 0.0,
         }
         for name, df in audit_tables(inputs, as_of, thresholds).items():
             t0 = time.monotonic()
@@ -217,14 +217,16 @@ def run_audit(
             try:
                 profile, written = write_if_changed(io, df, table_path(root, name), name)
                 rows = profile.rows
-                entry: dict[str, Any] = {"rows": rows, "written": written, "kinds": profile.kinds}
+                entry: AuditTable = {"rows": rows, "written": written, "kinds": profile.kinds}
                 if name == "audit_lag":
                     entry["latest_status"] = _latest_lag_status(df)
             finally:
                 df.unpersist()
             summary["tables"][name] = entry
             state = "written" if written else "unchanged"
-            _say(f"{name}: {rows:,} rows, {state} ({time.monotonic() - t0:.1f} s)", progress)
+            reporter("audit", progress)(
+                f"{name}: {rows:,} rows, {state} ({time.monotonic() - t0:.1f} s)"
+            )
     finally:
         inputs.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)

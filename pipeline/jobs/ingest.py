@@ -2,7 +2,7 @@
 message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>.
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
-pipeline.jobs.checkpoint): a re-run with nothing new commits nothing.
+pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
 """
 
 from __future__ import annotations
@@ -10,62 +10,79 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from broker_runtime.common.progress import Ticker, reporter
 from broker_runtime.offsets.json_file import CorruptStateError
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs import checkpoint as C
+from pipeline.jobs import ingest_state
 from pipeline.jobs.maintenance import lake_lock
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
-from pipeline.progress import Ticker, say
+from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
-from pipeline.readers.layout import discover_brokers, ledger_sources
+from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
 from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_snapshot, plan_cq
+from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 Key = tuple[str, int, str]
-_SNAPSHOT_KEY = S.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
-
-
-def table_path(lake: str | Path, name: str) -> str:
-    """Where table `name` lives in the lake."""
-    return f"{str(lake).rstrip('/')}/{name}"
+_SNAPSHOT_KEY = schemas.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
 
 
 def run_ingest(
-    data_dir: str | Path,
+    data_dir: str | Path | None,
     lake: str | Path,
     spark: SparkSession | None = None,
     *,
     master: str | None = None,
     ledger_url: str | None = None,
     broker_name: str | None = None,
+    broker_confs: Sequence[str | Path] = (),
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
-) -> dict[str, Any]:
-    """Ingest `data_dir` (a cluster data dir or one store dir) into `lake`; returns a summary."""
+) -> IngestResult:
+    """Ingest `data_dir` (a cluster data dir or one store dir) and the store roots of the
+    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary."""
     started = time.monotonic()
-    brokers = discover_brokers(Path(data_dir), broker_name)  # bad paths fail before Spark starts
+    brokers = _brokers(data_dir, broker_name, broker_confs)  # bad paths fail before Spark starts
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
-    job = _Ingest(spark, Path(data_dir), str(Path(lake).resolve()), progress)
+    job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
     with lake_lock(lake):  # never beside a maintenance run's VACUUM
         return job.run(brokers, ledger_url, range_bytes, started)
 
 
+def _brokers(
+    data_dir: str | Path | None, broker_name: str | None, confs: Sequence[str | Path]
+) -> list[Broker]:
+    found = discover_brokers(Path(data_dir), broker_name) if data_dir else []
+    found += [read_broker_conf(Path(c)).broker for c in confs]
+    seen: dict[tuple[str, int], str] = {}
+    for b in found:
+        other = seen.setdefault((b.name, b.broker_id), b.store_dir)
+        if other != b.store_dir:
+            raise ValueError(f"broker {b.name}/{b.broker_id} twice: {other} and {b.store_dir}")
+    if not found:
+        raise ValueError("nothing to ingest: give a data dir or broker configs")
+    return found
+
+
 class _Ingest:
-    def __init__(self, spark: SparkSession, data_dir: Path, lake: str, progress: bool) -> None:
+    def __init__(
+        self, spark: SparkSession, data_dir: Path | None, lake: str, progress: bool
+    ) -> None:
         self.spark = spark
         self.io = DeltaIO(spark)
         self.data_dir = data_dir
         self.lake = lake
-        self.progress = progress
+        self.say = reporter("ingest", progress)
         self.warnings: list[str] = []
         self.quarantine: list[dict[str, Any]] = []
         self.results: dict[Key, dict[str, int]] = {}
@@ -77,37 +94,41 @@ class _Ingest:
 
     def run(
         self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
-    ) -> dict[str, Any]:
-        say(
-            f"{len(brokers)} broker store dir(s) in {self.data_dir}, lake {self.lake} "
+    ) -> IngestResult:
+        self.say(
+            f"{len(brokers)} broker store dir(s) ({self.data_dir or 'broker configs'}), "
+            f"lake {self.lake} "
             f"({self.io.backend} Delta backend)",
-            self.progress,
         )
-        for name, schema in S.TABLES.items():
-            self.io.ensure_table(self.path(name), schema, S.PARTITIONS.get(name, ()))
-        state = C.load_state(self._rows("ingest_checkpoint"))
+        for name, schema in INGESTED_TABLES.items():
+            self.io.ensure_table(self.path(name), schema, TABLES[name].partitions)
+        state = ingest_state.load_state(self._rows("ingest_checkpoint"))
         if state.unfinished:
-            plan = C.resume_plan(state, brokers)
-            say(f"resuming run {plan.run}, which did not finish", self.progress)
+            plan = ingest_state.resume_plan(state, brokers)
+            self.say(f"resuming run {plan.run}, which did not finish")
         else:
             plan = self._new_plan(state, brokers, range_bytes)
         if plan.has_work and not plan.resumed:
-            self._append_rows("ingest_checkpoint", C.rows_for(plan, "planned"))
+            self._append_rows("ingest_checkpoint", ingest_state.rows_for(plan, "planned"))
         summaries = self._messages(plan, range_bytes)
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
         self._ledgers(ledger_url, plan.run)
         self._quarantine(plan, summaries)
         if plan.has_work:
-            self._append_rows("ingest_checkpoint", C.rows_for(plan, "done", self.results))
+            self._append_rows(
+                "ingest_checkpoint", ingest_state.rows_for(plan, "done", self.results)
+            )
         return self._summary(plan, started)
 
     # -- planning -------------------------------------------------------------------------
 
-    def _new_plan(self, state: C.State, brokers: list[Broker], range_bytes: int) -> C.RunPlan:
+    def _new_plan(
+        self, state: ingest_state.State, brokers: list[Broker], range_bytes: int
+    ) -> ingest_state.RunPlan:
         items = []
         for b in brokers:
-            key = (b.name, b.broker_id, C.COMMITLOG)
+            key = (b.name, b.broker_id, ingest_state.COMMITLOG)
             start = state.next_offset.get(key, (0, -1))[0]
             log = plan_log(b, start, range_bytes)
             if start > log.data_end + 2 and log.data_end > 0:  # past a last unit's zero bytes
@@ -130,30 +151,32 @@ class _Ingest:
             end = log.plan_end
             if state.next_offset.get(key) == (log.start, end) or end < log.start:
                 end = log.start  # only a known damaged tail, unchanged since: nothing new
-            items.append(C.SourcePlan(b, C.COMMITLOG, log.start, end))
+            items.append(ingest_state.SourcePlan(b, ingest_state.COMMITLOG, log.start, end))
             cq_start = max(
-                state.next_offset.get((b.name, b.broker_id, C.CONSUMEQUEUE), (0, 0))[0], log.log_min
+                state.next_offset.get((b.name, b.broker_id, ingest_state.CONSUMEQUEUE), (0, 0))[0],
+                log.log_min,
             )
             # Entries point at messages the lake has or gets in this run, never further.
-            cq_end = C.dispatch_bound(b, log.data_end)
+            cq_end = ingest_state.dispatch_bound(b, log.data_end)
             cq_end = max(cq_start, cq_end if end > log.start else min(cq_end, log.start))
-            items.append(C.SourcePlan(b, C.CONSUMEQUEUE, cq_start, cq_end))
-        return C.RunPlan(state.last_run + 1, False, items)
+            items.append(ingest_state.SourcePlan(b, ingest_state.CONSUMEQUEUE, cq_start, cq_end))
+        return ingest_state.RunPlan(state.last_run + 1, False, items)
 
     # -- tables ---------------------------------------------------------------------------
 
-    def _messages(self, plan: C.RunPlan, range_bytes: int) -> Summaries:
-        items = [i for i in plan.items if i.source == C.COMMITLOG and i.start < i.plan_end]
+    def _messages(self, plan: ingest_state.RunPlan, range_bytes: int) -> Summaries:
+        items = [
+            i for i in plan.items if i.source == ingest_state.COMMITLOG and i.start < i.plan_end
+        ]
         tasks = [
             t for i in items for t in plan_log(i.broker, i.start, range_bytes, i.plan_end).tasks
         ]
         if not tasks:
             return {}
         total = sum(t.stop - t.start for t in tasks)
-        say(
+        self.say(
             f"run {plan.run}: {len(tasks)} ranges, {total / 1e6:,.1f} MB of CommitLog from "
             f"{len({t.path for t in tasks})} segment files",
-            self.progress,
         )
         acc = self.spark.sparkContext.accumulator({}, ByKey())
 
@@ -165,12 +188,12 @@ class _Ingest:
                 f"{sum(d['units'] for d in done):,} messages"
             )
 
-        with Ticker(line, enabled=self.progress):
+        with Ticker(self.say, line):
             n = ingest_log(self.io, tasks, self.path("messages"), plan.run, acc)
         self.appended["messages"] = max(n, 0)
         summaries: Summaries = dict(acc.value)
         self.readers = sorted({s["reader"] for s in summaries.values()})
-        say(line(), self.progress)
+        self.say(line())
         for item in items:
             mine = [
                 s
@@ -180,22 +203,22 @@ class _Ingest:
             pending = [s["pending_from"] for s in mine if s["pending_from"] is not None]
             ends = [s["end"] for s in mine if s["end"] >= 0]
             nxt = min(pending) if pending else max(ends, default=item.start)
-            self.results[(item.broker.name, item.broker.broker_id, C.COMMITLOG)] = {
+            self.results[(item.broker.name, item.broker.broker_id, ingest_state.COMMITLOG)] = {
                 "next_offset": nxt,
                 "rows": sum(s["units"] for s in mine),
                 "quarantined": sum(len(s["bad"]) for s in mine),
             }
         return summaries
 
-    def _consume_queues(self, plan: C.RunPlan) -> None:
+    def _consume_queues(self, plan: ingest_state.RunPlan) -> None:
         files = []
-        for item in (i for i in plan.items if i.source == C.CONSUMEQUEUE):
+        for item in (i for i in plan.items if i.source == ingest_state.CONSUMEQUEUE):
             b = item.broker
             # Entries only for messages the lake has: up to where the log was read.
-            log = self.results.get((b.name, b.broker_id, C.COMMITLOG))
-            done = plan.get(b, C.COMMITLOG)
+            log = self.results.get((b.name, b.broker_id, ingest_state.COMMITLOG))
+            done = plan.get(b, ingest_state.COMMITLOG)
             hi = min(item.plan_end, log["next_offset"] if log else done.start if done else 0)
-            self.results[(b.name, b.broker_id, C.CONSUMEQUEUE)] = {
+            self.results[(b.name, b.broker_id, ingest_state.CONSUMEQUEUE)] = {
                 "next_offset": max(hi, item.start)
             }
             if hi > item.start:
@@ -203,7 +226,7 @@ class _Ingest:
         if files:
             n = ingest_consume_queues(self.io, files, self.path("consume_queue"), plan.run)
             self.appended["consume_queue"] = max(n, 0)
-            say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files", self.progress)
+            self.say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files")
 
     def _offsets(self, brokers: list[Broker], run: int) -> None:
         have = {
@@ -226,8 +249,13 @@ class _Ingest:
     def _ledgers(self, ledger_url: str | None, run: int) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)
         for name, url, schema, keys in (
-            ("message_stub", sources.message_stub, S.MESSAGE_STUB, S.MESSAGE_STUB_KEY),
-            ("message_log", sources.message_log, S.MESSAGE_LOG, S.MESSAGE_LOG_KEY),
+            (
+                "message_stub",
+                sources.message_stub,
+                schemas.MESSAGE_STUB,
+                TABLES["message_stub"].key,
+            ),
+            ("message_log", sources.message_log, schemas.MESSAGE_LOG, TABLES["message_log"].key),
         ):
             if url is None:
                 continue
@@ -244,11 +272,11 @@ class _Ingest:
                 df = self.spark.read.schema(schema).parquet(str(stage))
                 n = self.io.merge_upsert(df, self.path(name), schema, keys)
                 self.appended[name] = n
-                say(f"{name}: {max(n, 0):,} new or changed rows", self.progress)
+                self.say(f"{name}: {max(n, 0):,} new or changed rows")
             finally:
                 shutil.rmtree(stage.parent, ignore_errors=True)
 
-    def _quarantine(self, plan: C.RunPlan, summaries: Summaries) -> None:
+    def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():
             b = Broker(s["broker"], s["broker_id"], "")
             for bad in s["bad"]:
@@ -281,21 +309,23 @@ class _Ingest:
         changed = [r for k, r in new.items() if old.get(k) != r]
         if changed or len(kept) + len(new) != len(old):
             rows = sorted([*kept.values(), *new.values()], key=_quarantine_key)
-            self.io.replace_rows(rows, self.path("quarantine"), S.QUARANTINE)
+            self.io.replace_rows(rows, self.path("quarantine"), schemas.QUARANTINE)
         self.appended["quarantine"] = len(changed)
 
     # -- helpers --------------------------------------------------------------------------
 
     def _append_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
-        return self.io.append_rows(rows, self.path(table), S.TABLES[table])
+        return self.io.append_rows(rows, self.path(table), TABLES[table].schema)
 
     def _rows(self, table: str) -> list[dict[str, Any]]:
         """A small table's rows (read on the driver)."""
-        return list(self.io.read_small(self.path(table), S.TABLES[table]).to_pylist())
+        return list(self.io.read_small(self.path(table), TABLES[table].schema).to_pylist())
 
-    def _summary(self, plan: C.RunPlan, started: float) -> dict[str, Any]:
+    def _summary(self, plan: ingest_state.RunPlan, started: float) -> IngestResult:
         seconds = time.monotonic() - started
-        messages = sum(r.get("rows", 0) for k, r in self.results.items() if k[2] == C.COMMITLOG)
+        messages = sum(
+            r.get("rows", 0) for k, r in self.results.items() if k[2] == ingest_state.COMMITLOG
+        )
         reasons: dict[str, int] = {}
         for q in self.quarantine:
             reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
@@ -325,7 +355,7 @@ class _Ingest:
 
 
 def _quarantine_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row[k] for k in S.QUARANTINE_KEY)
+    return tuple(row[k] for k in TABLES["quarantine"].key)
 
 
 def _bad(

@@ -19,10 +19,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from broker_runtime.client.model import MQClientError, ReceivedMessage
+from broker_runtime.common.progress import reporter
 from broker_runtime.remoting.connection import RemotingError
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.reasons import failure_reason, outcome_unknown
 from pipeline.remediation.replay_plan import (
@@ -38,7 +39,6 @@ from pipeline.remediation.replay_plan import (
 )
 from pipeline.remediation.replay_request import ReplayRequest
 from pipeline.remediation.sender import BrokerClient, BrokerTarget, Pacer
-from pipeline.remediation.tables import DLQ_REPLAY_LOG, REPLAY_LOG_TABLE
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 MAX_UNKNOWN_IN_A_ROW = 5  # sends of unknown outcome in a row: the broker is away, stop
@@ -50,11 +50,6 @@ class ReplayInterrupted(RuntimeError):
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _say(message: str, enabled: bool = True) -> None:
-    if enabled:
-        print(f"replay: {message}", file=sys.stderr, flush=True)
 
 
 def _session(spark: SparkSession | None, master: str | None) -> SparkSession:
@@ -75,7 +70,7 @@ def dead_letters_df(
 ) -> DataFrame:
     """Per message, the earliest DLQ copy the group's dead-letter queue holds (replicas and
     repeated dead-lettering collapsed), filtered by the request (or only by `ids`)."""
-    m = io.read(table_path(lake, "messages"), S.MESSAGES)
+    m = io.read(table_path(lake, "messages"), schemas.MESSAGES)
     cond = F.col("is_dlq") & ~F.col("is_scheduled") & (F.col("consumer_group") == request.group)
     if ids is None:
         if request.topic is not None:
@@ -103,14 +98,14 @@ def dead_letters_df(
 
 
 def read_log(io: DeltaIO, lake: str, group: str) -> list[LogEntry]:
-    df = io.read(table_path(lake, REPLAY_LOG_TABLE), DLQ_REPLAY_LOG)
+    df = io.read(DLQ_REPLAY_LOG.path(lake), DLQ_REPLAY_LOG.schema)
     return [LogEntry.of(r.asDict()) for r in df.filter(F.col("group") == group).collect()]
 
 
 def _outcome_log(spark: SparkSession, io: DeltaIO, lake: str) -> OutcomeLog:
-    path = table_path(lake, REPLAY_LOG_TABLE)
-    io.ensure_table(path, DLQ_REPLAY_LOG)
-    return OutcomeLog(spark, io, path, DLQ_REPLAY_LOG)
+    path = DLQ_REPLAY_LOG.path(lake)
+    io.ensure_table(path, DLQ_REPLAY_LOG.schema)
+    return OutcomeLog(spark, io, path, DLQ_REPLAY_LOG.schema)
 
 
 # -- settling unknown outcomes --------------------------------------------------------------
@@ -156,7 +151,7 @@ def plan_step(
     real runs are settled on the broker first (not in a dry run: those stay skipped)."""
     spark = _session(spark, master)
     io = DeltaIO(spark)
-    _say(f"{replay_id}: {request.describe()}", progress)
+    reporter("replay", progress)(f"{replay_id}: {request.describe()}")
     rows = dead_letters_df(io, lake, request).collect()
     letters = sorted(
         (
@@ -165,15 +160,15 @@ def plan_step(
         ),
         key=lambda d: (d.store_ts, d.msg_id),
     )
-    _say(f"{len(letters)} dead letter(s) of {request.group} match", progress)
+    reporter("replay", progress)(f"{len(letters)} dead letter(s) of {request.group} match")
     entries = read_log(io, lake, request.group)
     keys = {d.msg_id for d in letters}
     doubt = [e for e in in_doubt(entries, exclude_replay=replay_id) if e.msg_id in keys]
     settled: dict[str, int] = {}
     with _outcome_log(spark, io, lake) as log:
         if doubt and not request.dry_run and target is not None:
-            _say(
-                f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker", progress
+            reporter("replay", progress)(
+                f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker"
             )
             with BrokerClient(target) as client:
                 settled = reconcile(doubt, client, log)
@@ -181,10 +176,9 @@ def plan_step(
         plan = plan_replay(replay_id, request, letters, entries, _now_ms())
         log.extend([e.as_row() for e in plan.rows])
     summary = {**plan.summary(), "matched": len(letters), "settled": settled}
-    _say(
+    reporter("replay", progress)(
         f"plan: {summary['planned']} to send, {summary['skipped']} skipped "
-        f"{summary['skipped_by_reason']}, {summary['left_over']} over max_messages",
-        progress,
+        f"{summary['skipped_by_reason']}, {summary['left_over']} over max_messages"
     )
     return summary
 
@@ -203,7 +197,7 @@ def send_step(
     """Send the plan's pending messages. `resume`: an earlier attempt of this replay may have
     sent some without logging it; those are looked up on the broker first."""
     if request.dry_run:
-        _say(f"{replay_id}: dry run, nothing sent", progress)
+        reporter("replay", progress)(f"{replay_id}: dry run, nothing sent")
         return {"replay_id": replay_id, "dry_run": True, "sent": 0, "failed": 0}
     spark = _session(spark, master)
     io = DeltaIO(spark)
@@ -213,13 +207,14 @@ def send_step(
         if resume:
             own = in_doubt(entries)
             if own:
-                _say(f"resuming: settling {len(own)} unknown outcome(s) on the broker", progress)
+                reporter("replay", progress)(
+                    f"resuming: settling {len(own)} unknown outcome(s) on the broker"
+                )
                 reconcile(own, client, log)
                 entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
         todo = pending(replay_id, entries)
-        _say(
-            f"{replay_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s",
-            progress,
+        reporter("replay", progress)(
+            f"{replay_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s"
         )
         if todo:
             found = dead_letters_df(io, lake, request, [e.msg_id for e in todo], with_body=True)
@@ -276,8 +271,12 @@ def _send_all(
         counts["sent"] += 1
         if time.monotonic() - last_say >= 2.0:
             last_say = time.monotonic()
-            _say(f"{i + 1}/{len(todo)}: {counts['sent']} sent, {counts['failed']} failed", progress)
-    _say(f"done: {counts['sent']} sent, {counts['failed'] + counts['refused']} failed", progress)
+            reporter("replay", progress)(
+                f"{i + 1}/{len(todo)}: {counts['sent']} sent, {counts['failed']} failed"
+            )
+    reporter("replay", progress)(
+        f"done: {counts['sent']} sent, {counts['failed'] + counts['refused']} failed"
+    )
 
 
 def _entry(e: LogEntry, status: Status, reason: str, offset: int | None = None) -> dict[str, Any]:
@@ -334,7 +333,7 @@ def run_replay(
     return {"plan": plan, "send": sent, **replay_summary(lake, request, replay_id, spark=spark)}
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m pipeline.jobs.replay ...`, the command's options
     from pipeline.cli import main
 
     sys.exit(main(["replay", *sys.argv[1:]]))

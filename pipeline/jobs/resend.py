@@ -1,4 +1,4 @@
-"""The resend job (seed 002 6.5): send again what the producer never had acknowledged.
+"""The resend job: send again what the producer never had acknowledged.
 
 Reads the audit's `resend_candidates` and `manual_handling`, checks each stub again in the
 live producer ledger and the consumers' log (pipeline.remediation.resend_plan), and per stub
@@ -23,6 +23,8 @@ from pyspark.sql import SparkSession
 from sqlalchemy import Engine, select
 
 from broker_runtime.client.model import MQClientError
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.progress import reporter
 from broker_runtime.ledger.engine import chunks, open_ledger, run_tx
 from broker_runtime.ledger.producer import (
     Confirmation,
@@ -33,11 +35,11 @@ from broker_runtime.ledger.producer import (
 from broker_runtime.ledger.schema import message_log, message_stub
 from broker_runtime.remoting.connection import RemotingError
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import RESEND_LOG, table_path
 from pipeline.readers.layout import ledger_sources
-from pipeline.remediation.bodies import Body, find_bodies
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.reasons import failure_reason
+from pipeline.remediation.resend_bodies import Body, find_bodies
 from pipeline.remediation.resend_plan import (
     Action,
     Candidate,
@@ -46,21 +48,14 @@ from pipeline.remediation.resend_plan import (
     resend_message,
 )
 from pipeline.remediation.sender import BrokerClient, BrokerTarget
-from pipeline.remediation.tables import RESEND_LOG, RESEND_LOG_TABLE
 from pipeline.schemas import struct_of
 from pipeline.spark_session import apply_sql_conf, build_spark
 
-DEFAULT_MAX_SEND_COUNT = 16  # as the audit's resend_candidates rule
 CANDIDATES = "resend_candidates"
 CANDIDATE_COLUMNS = struct_of(
     "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, send_count:int"
 )
 MANUAL = "manual_handling"
-
-
-def _say(message: str, enabled: bool = True) -> None:
-    if enabled:
-        print(f"resend: {message}", file=sys.stderr, flush=True)
 
 
 def _now_ms() -> int:
@@ -228,7 +223,7 @@ def run_resend(
         "manual_candidates": len(manual),
     }
     if sources.message_stub is None:
-        _say(f"no producer ledger in {data_dir}: nothing to resend", progress)
+        reporter("resend", progress)(f"no producer ledger in {data_dir}: nothing to resend")
         return {**summary, "counts": {}, "note": "no producer ledger"}
     ledger = ProducerLedger(open_ledger(None, "producer", sources.message_stub), backoff=backoff)
     try:
@@ -238,14 +233,13 @@ def run_resend(
             _consumed(sources.message_log, ids), max_send_count, as_of_ms,
         )  # fmt: skip
         bodies = find_bodies(plan.to_send, ledger, io, lake) if plan.to_send else {}
-        _say(
+        reporter("resend", progress)(
             f"{len(candidates)} candidate(s), {len(manual)} at max: {len(plan.to_send)} to send "
-            f"({len(bodies)} with a body), {len(plan.decided)} decided without sending",
-            progress,
+            f"({len(bodies)} with a body), {len(plan.decided)} decided without sending"
         )
-        path = table_path(lake, RESEND_LOG_TABLE)
-        io.ensure_table(path, RESEND_LOG)
-        with OutcomeLog(spark, io, path, RESEND_LOG) as log:
+        path = RESEND_LOG.path(lake)
+        io.ensure_table(path, RESEND_LOG.schema)
+        with OutcomeLog(spark, io, path, RESEND_LOG.schema) as log:
             run = _Run(ledger, log, run_id, max_send_count)
             for d in plan.decided:
                 if d.action is Action.SKIPPED:
@@ -271,11 +265,11 @@ def run_resend(
     summary["manual"] = run.manual
     if report_dir is not None:
         summary["manual_report"] = write_manual_report(run.manual, report_dir)
-    _say(f"done: {run.counts}", progress)
+    reporter("resend", progress)(f"done: {run.counts}")
     return summary
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m pipeline.jobs.resend ...`, the command's options
     from pipeline.cli import main
 
     sys.exit(main(["resend", *sys.argv[1:]]))

@@ -14,9 +14,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.accumulators import Accumulator, AccumulatorParam
 
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.checkpoint import TXN_APP
+from pipeline.jobs.ingest_state import TXN_APP
+from pipeline.lake import TABLES
 from pipeline.readers.commitlog import RangeTask, read_range, summary
 from pipeline.readers.message_rows import to_messages
 from pipeline.readers.segments import WalkResult
@@ -52,7 +53,9 @@ def ingest_log(
 
     rows = [t.as_row() for t in tasks]
     txn = (TXN_APP, run)
-    n = io.append_generated(rows, produce, path, S.MESSAGES, S.MESSAGES_PARTITIONS, txn)
+    n = io.append_generated(
+        rows, produce, path, schemas.MESSAGES, TABLES["messages"].partitions, txn
+    )
     if n < 0:  # a resumed run whose messages are in: walk again for the summaries
 
         def walk(part: Iterable[dict[str, Any]]) -> list[None]:
@@ -79,8 +82,8 @@ def ingest_consume_queues(io: DeltaIO, files: list[CqFile], path: str, run: int)
         [f.as_row() for f in files],
         produce,
         path,
-        S.CONSUME_QUEUE,
-        S.CONSUME_QUEUE_PARTITIONS,
+        schemas.CONSUME_QUEUE,
+        TABLES["consume_queue"].partitions,
         (TXN_APP, run),
         slices,
     )

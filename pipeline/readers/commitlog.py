@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 from broker_runtime.store.mapped_file import NAME_DIGITS
-from pipeline.readers.segments import SegmentWalker, WalkResult, nonzero_at
+from broker_runtime.store.segment_scan import BadRange, nonzero_at
+from pipeline.readers.segments import SegmentWalker, WalkResult
 from pipeline.readers.unit_batch import IMPLEMENTATION, file_reader
 
 DEFAULT_RANGE_BYTES = 64 << 20
@@ -45,6 +46,7 @@ class RangeTask:
     exact: bool  # `start` is a known unit boundary (no anchor search)
     last_segment: bool
     data_end: int = -1  # the segment's data end when planned (-1: the reader finds it)
+    next_from: int = -1  # the next segment's log offset (-1: this is the last segment)
 
     @property
     def range_id(self) -> str:
@@ -118,7 +120,7 @@ def plan_log(
     data_end = int(last.name) + _data_end(last)
     plan_end = data_end if until is None else min(data_end, until)
     tasks = []
-    for path in files:
+    for path, after in zip(files, [*files[1:], None], strict=True):
         file_from = int(path.name)
         size = path.stat().st_size
         if file_from + size <= start or file_from >= plan_end:
@@ -134,7 +136,7 @@ def plan_log(
             exact = pos == seg_start
             task = RangeTask(
                 broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last,
-                seg_data_end,
+                seg_data_end, -1 if after is None else int(after.name),
             )  # fmt: skip
             tasks.append(task)
             pos = stop
@@ -153,6 +155,10 @@ def read_range(task: RangeTask, result: WalkResult) -> Iterator[pa.RecordBatch]:
     try:
         for units in walker.walk(task.start, task.stop, task.exact, result):
             yield units.to_batch(task.broker, task.broker_id)
+        gap = task.next_from - task.file_from - walker.size
+        if gap > 0 and task.stop >= walker.size:  # the file ends before the next one starts
+            detail = f"{walker.size}-byte file, the next segment starts {gap} bytes after it"
+            result.bad.append(BadRange(walker.size, gap, "segment_gap", detail, True))
     finally:
         del walker, reader
         _close(m)

@@ -1,4 +1,5 @@
-"""Which broker store directories a data dir holds, and where its ledgers are."""
+"""Which broker store directories a data dir holds (or Apache RocketMQ broker configs name),
+and where its ledgers are."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import javaproperties
 
 from broker_runtime.common.topics import validate_group
 from pipeline.readers.commitlog import Broker
@@ -68,10 +71,53 @@ def _from_cluster_json(data_dir: Path, doc: Any) -> list[Broker]:
     return sorted(found, key=lambda b: (b.name, b.broker_id))
 
 
-def ledger_sources(data_dir: Path, ledger_url: str | None = None) -> LedgerSources:
-    """`ledger_url` (PostgreSQL: both tables) or DIR/ledger/{producer,consumer}.db."""
+@dataclass(frozen=True)
+class RealBroker:
+    """An Apache RocketMQ broker as its config file (`mqbroker -c FILE`) describes it."""
+
+    cluster: str  # brokerClusterName
+    broker: Broker
+
+
+def read_broker_conf(path: Path) -> RealBroker:
+    """brokerClusterName, brokerName, brokerId and storePathRootDir of a RocketMQ broker
+    config (Java properties, as BrokerStartup reads them).
+
+    The store names neither its broker nor its cluster, so they come from here. brokerName
+    has no usable default (RocketMQ takes the host name) and must be set; the cluster
+    defaults to RocketMQ's `DefaultCluster`, the id to 0, the root to ~/store. A relative
+    path is taken relative to the config file. mqaudit reads the CommitLog at
+    storePathRootDir/commitlog: a storePathCommitLog elsewhere is refused (ValueError).
+    """
+    with open(path, encoding="latin-1") as f:  # java.util.Properties' own encoding
+        conf = javaproperties.load(f)
+    name = conf.get("brokerName", "").strip()
+    if not name:
+        raise ValueError(f"{path}: no brokerName (RocketMQ would take the host's name): set it")
+    try:
+        broker_id = int(conf.get("brokerId", "0").strip())  # Integer.parseInt, as the broker
+    except ValueError:
+        raise ValueError(f"{path}: brokerId {conf['brokerId']!r} is not an integer") from None
+    root = Path(path).parent / Path(conf.get("storePathRootDir", "~/store").strip()).expanduser()
+    commitlog = conf.get("storePathCommitLog", "").strip()
+    if commitlog and (Path(path).parent / commitlog).resolve() != (root / "commitlog").resolve():
+        raise ValueError(
+            f"{path}: storePathCommitLog {commitlog} is not storePathRootDir/commitlog; "
+            "mqaudit reads the CommitLog there (link or copy it into the root)"
+        )
+    if not (root / "commitlog").is_dir():
+        raise FileNotFoundError(f"{path}: {root} has no commitlog/ directory: not a store root")
+    cluster = conf.get("brokerClusterName", "DefaultCluster").strip()
+    return RealBroker(cluster, Broker(validate_group(name), broker_id, str(root.resolve())))
+
+
+def ledger_sources(data_dir: Path | None, ledger_url: str | None = None) -> LedgerSources:
+    """`ledger_url` (PostgreSQL: both tables) or DIR/ledger/{producer,consumer}.db (none
+    without a data dir: real RocketMQ brokers have no ledgers)."""
     if ledger_url:
         return LedgerSources(ledger_url, ledger_url)
+    if data_dir is None:
+        return LedgerSources(None, None)
     ledger = Path(data_dir) / "ledger"
 
     def sqlite(name: str) -> str | None:

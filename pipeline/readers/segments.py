@@ -3,72 +3,31 @@ not one. With unit_batch.py (which decodes runs of valid units), the only binary
 the pipeline; pure code over a buffer (and, for runs of units, a `file_reader` of its file).
 
 A walk follows the TOTALSIZE chain from a known unit boundary (or from the first *anchor* at
-or after an arbitrary split point: a structurally valid unit whose PHYSICALOFFSET field is
-its own log offset, which a stray magic number inside a body never has). Runs of valid units
-are decoded by `scan_units` (the C kernel); where a run stops short, the broker's codec
-says why.
+or after an arbitrary split point). Runs of valid units are decoded by `scan_units` (the C
+kernel); where a run stops short, the store's segment scan (broker_runtime/store/
+segment_scan.py, shared with `store verify`) says why and where the next anchor is.
 
 Damage never stops the walk: the damaged range (from the bad unit to the next anchor) is
-reported with the codec's reason (`torn`, `bad_magic`, `bad_size`, `bad_lengths`), or
-`bad_offset` (a unit whose PHYSICALOFFSET is not where it lies), `garbage` (non-zero bytes
-after the zero tail) or `zero_gap` (zeros followed by more units), and the walk goes on from
-the anchor. A unit whose body CRC does not match is emitted with crc_ok = false and also
-reported (`bad_crc`), one whose topic or properties are not UTF-8 is emitted decoded with
-replacement and reported (`bad_text`). A damaged range at the end of the written part of the
-last segment is not `final`: it may be a write still in flight, so the next run looks again.
+reported with its reason and the walk goes on from the anchor. A unit whose body CRC does
+not match is emitted with crc_ok = false and also reported (`bad_crc`), one whose topic or
+properties are not UTF-8 is emitted decoded with replacement and reported (`bad_text`). A
+damaged range at the end of the written part of the last segment is not `final`: it may be a
+write still in flight, so the next run looks again.
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.record_codec import RecordError
+from broker_runtime.store.segment_scan import BadRange, SegmentScan
 from pipeline.readers.unit_batch import Units, scan_units
-
-_PREFIX = struct.Struct(">ii")
-_MAGIC_BYTES = struct.pack(">i", codec.MESSAGE_MAGIC)
-_ZERO_CHUNK = 1 << 20  # tested whole with max(): no index array
-_FINE_CHUNK = 4096  # the piece of a non-zero chunk whose non-zero indexes are listed
-U8 = npt.NDArray[np.uint8]
-
-
-def nonzero_at(arr: U8, lo: int, hi: int, last: bool) -> int | None:
-    """The first (or `last`) non-zero byte of arr[lo:hi], or None.
-
-    Chunks are tested with max() (a vectorised reduction; any() casts each byte to bool
-    first), and only the 4 KiB piece that holds the byte is listed: np.flatnonzero over a
-    1 MiB chunk of message data lists a million indexes.
-    """
-    chunks = range(lo, hi, _ZERO_CHUNK)
-    for c in reversed(chunks) if last else chunks:
-        c_hi = min(hi, c + _ZERO_CHUNK)
-        if not arr[c:c_hi].max(initial=0):
-            continue
-        pieces = range(c, c_hi, _FINE_CHUNK)
-        for p in reversed(pieces) if last else pieces:
-            nz = np.flatnonzero(arr[p : min(c_hi, p + _FINE_CHUNK)])
-            if len(nz):
-                return p + int(nz[-1] if last else nz[0])
-    return None
-
-
-@dataclass(frozen=True)
-class BadRange:
-    """Bytes that are not a message; `position` is relative to the segment file."""
-
-    position: int
-    length: int
-    reason: str
-    detail: str
-    final: bool
 
 
 @dataclass
@@ -86,7 +45,7 @@ class WalkResult:
         return next((b.position for b in self.bad if not b.final), None)
 
 
-class SegmentWalker:
+class SegmentWalker(SegmentScan):
     """Walks message units of one segment (`file_from`: its log offset)."""
 
     def __init__(
@@ -97,67 +56,10 @@ class SegmentWalker:
         data_end: int = -1,
         reader: Any = None,
     ) -> None:
-        """`data_end`: the segment's data end if the caller knows it (saves a scan);
-        `reader`: a `file_reader` of the segment, from which runs of units are decoded
+        """`reader`: a `file_reader` of the segment, from which runs of units are decoded
         (the searches and damage reports read `data`)."""
-        self.data = data  # an mmap or bytes: both have .find
+        super().__init__(data, file_from, last_segment, data_end)
         self.reader = reader
-        self.buf = memoryview(data)
-        self.arr: U8 = np.frombuffer(self.buf, dtype=np.uint8)
-        self.size = len(self.buf)
-        self.file_from = file_from
-        self.last_segment = last_segment
-        self._data_end: int | None = data_end if data_end >= 0 else None
-
-    # -- finding things -------------------------------------------------------------------
-
-    def data_end(self) -> int:
-        """Position just past the last non-zero byte of the segment."""
-        if self._data_end is None:
-            last = nonzero_at(self.arr, 0, self.size, last=True)
-            self._data_end = 0 if last is None else last + 1
-        return self._data_end
-
-    def unit_ok(self, pos: int) -> int:
-        """Size of a valid unit at `pos` (<0: blank), raising RecordError like the codec.
-
-        Adds `bad_offset`: the unit's PHYSICALOFFSET field is not its own log offset.
-        """
-        size = codec.check_unit(self.buf, pos, self.size, check_crc=False)
-        if size > 0:
-            phys = int.from_bytes(self.buf[pos + 28 : pos + 36], "big", signed=True)
-            if phys != self.file_from + pos:
-                detail = f"PHYSICALOFFSET {phys} at log offset {self.file_from + pos}"
-                raise RecordError("bad_offset", pos, detail)
-        return size
-
-    def anchor(self, start: int) -> int | None:
-        """The first position >= `start` where a valid unit (or the closing blank) begins."""
-        find = self.data.find
-        blank = self.data_end() - 8
-        if blank < start or not self._is_blank(blank):
-            blank = -1
-        at = start + 4
-        while True:
-            hit = find(_MAGIC_BYTES, at, self.size)
-            if hit < 0 or 0 <= blank < hit - 4:
-                return blank if blank >= 0 else None
-            try:
-                self.unit_ok(hit - 4)
-                return hit - 4
-            except RecordError:
-                at = hit + 1
-
-    def _is_blank(self, pos: int) -> bool:
-        if pos < 0 or pos + 8 > self.size:
-            return False
-        total, magic = _PREFIX.unpack_from(self.buf, pos)
-        return bool(magic == codec.BLANK_MAGIC and total == self.size - pos)
-
-    def first_nonzero(self, start: int) -> int | None:
-        """The first non-zero byte at or after `start`: none past the data end, so the zeros
-        of a segment's unwritten part (most of the last one) are never read."""
-        return nonzero_at(self.arr, start, self.data_end(), last=False)
 
     # -- the walk -------------------------------------------------------------------------
 
@@ -224,35 +126,9 @@ class SegmentWalker:
     def _skip_damage(self, pos: int, result: WalkResult) -> int | None:
         """Record what is at `pos` (not a good unit); return where the walk goes on, or None
         (with `result.end` set) when the segment has nothing more."""
-        try:
-            size = self.unit_ok(pos)
-        except RecordError as e:
-            reason, detail = e.reason, str(e)
-        else:
-            if size < 0:
-                result.end = self.size  # the blank unit: the segment is done
-                return None
-            # The codec accepts what the vectorised check refused: keep the walk going.
-            result.bad.append(BadRange(pos, size, "bad_lengths", "field check failed", True))
-            return pos + size
-        if reason == "eof":
-            nonzero = self.first_nonzero(pos)
-            if nonzero is None:
-                result.end = pos  # zeros to the end: the next unit will be written here
-                return None
-            # A unit's first non-zero byte is one of its 4 TOTALSIZE bytes.
-            nxt = self.anchor(max(pos + 1, nonzero - 3))
-            if nxt is not None and not self.arr[pos:nxt].any():
-                reason, detail = "zero_gap", f"{nxt - pos} zero bytes before more units"
-            else:
-                reason, detail = "garbage", f"non-zero bytes at {nonzero} after the zero tail"
-        else:
-            nxt = self.anchor(pos + 1)
-        final = nxt is not None or not self.last_segment
-        magic = _PREFIX.unpack_from(self.buf, pos)[1] if pos + 8 <= self.size else 0
-        if not final and magic == codec.MESSAGE_MAGIC:
-            reason, detail = "torn", f"{detail} (the log's last unit: torn or in flight)"
-        end = nxt if nxt is not None else max(self.data_end(), pos + 1)
-        result.bad.append(BadRange(pos, end - pos, reason, detail, final))
-        result.end = end if not final else self.size
-        return nxt
+        found = self.damage(pos)
+        if found.bad is not None:
+            result.bad.append(found.bad)
+        if found.next_unit is None:
+            result.end = found.end
+        return found.next_unit

@@ -1,6 +1,6 @@
 """ConsumeQueue files and consumer offset snapshots of a store dir -> Arrow / rows.
 
-Read-only, like broker_runtime.store.inspect: safe next to a running broker.
+Read-only, like broker_runtime.store.inspection: safe next to a running broker.
 """
 
 from __future__ import annotations
@@ -125,6 +125,23 @@ def queue_bounds(store_dir: str) -> dict[tuple[str, int], tuple[int, int]]:
                 break
         out[(topic, qid)] = (lo, hi)
     return out
+
+
+def consume_queues_end(store_dir: str) -> int:
+    """Where the ConsumeQueues reach in the log: the end (offset + size) of the furthest last
+    entry of any queue, as Apache RocketMQ's recovery takes it (maxPhyOffsetOfConsumeQueue).
+    Its dispatcher writes entries in log order, so every message before that has its entry."""
+    end = 0
+    for _topic, _qid, qdir in queue_dirs(store_dir):
+        for path in reversed(_files(qdir)):
+            e = _entries(str(path))
+            size = e["size"].astype(np.int64)
+            written = np.flatnonzero((size != 0) & (size != _BLANK_SIZE))
+            if len(written):
+                last = int(written[-1])
+                end = max(end, int(e["phys"][last]) + int(size[last]))
+                break
+    return end
 
 
 @dataclass(frozen=True)

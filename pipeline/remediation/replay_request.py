@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from broker_runtime.cli.client_args import parse_time_ms
+from broker_runtime.common.clock import parse_time_ms
 from broker_runtime.common.topics import (
     InvalidNameError,
     group_of,

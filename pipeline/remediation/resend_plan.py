@@ -1,4 +1,4 @@
-"""Pure planning of a resend run (seed 002 6.5): the audit's candidates, checked again
+"""Pure planning of a resend run: the audit's candidates, checked again
 against the live ledgers, become sends, skips or hand-overs to a person.
 
 The audit judged the stubs at its as-of time; the ledgers may have moved since (a stub
@@ -6,7 +6,7 @@ confirmed, resent by an earlier run, consumed). A candidate is sent only if its 
 still UNCONFIRMED with the send count the audit saw, due at the run's time, and its msg id
 is still absent from the consumers' log; so running the same resend twice sends nothing
 twice. Stubs at the max send count, and messages whose body is nowhere to be found, go to
-manual handling (seed 002 6.5.3).
+manual handling.
 """
 
 from __future__ import annotations

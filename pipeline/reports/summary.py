@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline import audit_schemas as A
+from broker_runtime.common import findings
 from pipeline.reports.tables import Tables
 
 TOP = 20
@@ -38,7 +38,7 @@ def summarize(tables: Tables) -> dict[str, Any]:
     statuses = _by(now, "status")
     duplicates, losses_by_kind = _by(dup, "kind"), _by(losses, "kind")
     consistency = _by(tables["consistency"], "kind")
-    lag_status = {s: statuses.get(s, 0) for s in A.LAG_STATUSES}
+    lag_status = {s: statuses.get(s, 0) for s in findings.LAG_STATUSES}
     manual = len(tables["manual_handling"])
     out: dict[str, Any] = {
         "as_of_ms": max(as_of) if as_of else None,
@@ -58,8 +58,8 @@ def summarize(tables: Tables) -> dict[str, Any]:
     problems = []
     if losses_by_kind:
         problems.append(f"{sum(losses_by_kind.values())} lost message(s)")
-    if duplicates.get(A.DUPLICATE_EFFECT):
-        problems.append(f"{duplicates[A.DUPLICATE_EFFECT]} message(s) processed twice")
+    if duplicates.get(findings.DUPLICATE_EFFECT):
+        problems.append(f"{duplicates[findings.DUPLICATE_EFFECT]} message(s) processed twice")
     stuck = lag_status["STALLED"] + lag_status["STOPPED"]
     if stuck:
         problems.append(f"{stuck} queue(s) stalled or stopped")

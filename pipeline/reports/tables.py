@@ -7,9 +7,8 @@ from pathlib import Path
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from pipeline.audit_schemas import AUDIT_TABLES
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 Tables = dict[str, pd.DataFrame]

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline import audit_schemas as A
+from broker_runtime.common import findings
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform, preferred_offsets
 
 _REPLICA = ["broker", "broker_id"]
@@ -91,7 +92,7 @@ def cq_without_message(cq: DataFrame, messages: DataFrame, quarantine: DataFrame
     return flagged.select(
         F.col("m_key").alias("msg_id"),
         _none("string").alias("group"),
-        F.lit(A.CQ_WITHOUT_MESSAGE).alias("kind"),
+        F.lit(findings.CQ_WITHOUT_MESSAGE).alias("kind"),
         cause.alias("cause"),
         F.lit(1).cast("long").alias("count"),
         *QUEUE,
@@ -149,7 +150,7 @@ def offset_regressions(offsets: DataFrame) -> DataFrame:
     )
     return (
         committed.unionByName(queue_max)
-        .withColumns({"kind": F.lit(A.OFFSET_REGRESSION), "phys_offset": _none("long")})
+        .withColumns({"kind": F.lit(findings.OFFSET_REGRESSION), "phys_offset": _none("long")})
         .withColumnRenamed("prev_ts", "first_ts")
         .withColumnRenamed("snapshot_ts", "last_ts")
     )
@@ -183,7 +184,7 @@ def queue_offset_gaps(messages: DataFrame, quarantine: DataFrame) -> DataFrame:
     return flagged.select(
         _none("string").alias("msg_id"),
         _none("string").alias("group"),
-        F.lit(A.QUEUE_OFFSET_GAP).alias("kind"),
+        F.lit(findings.QUEUE_OFFSET_GAP).alias("kind"),
         F.when(F.col("quarantined"), "quarantined_bytes_between")
         .otherwise("offsets_missing")
         .alias("cause"),
@@ -216,5 +217,5 @@ def audit_consistency(
         cq_without_message(cq, messages, quarantine)
         .unionByName(offset_regressions(offsets))
         .unionByName(queue_offset_gaps(messages, quarantine))
-        .transform(conform(A.CONSISTENCY, as_of_ms))
+        .transform(conform(audit_schemas.CONSISTENCY, as_of_ms))
     )

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import audit_schemas as A
+from broker_runtime.common import findings
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform, stored_copies
 
 _KEY = ["group", "msg_id"]
@@ -46,7 +47,7 @@ def _chains(messages: DataFrame) -> DataFrame:
         .groupBy(*_KEY)
         .agg(
             F.array_sort(F.collect_list(step))
-            .cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
+            .cast(audit_schemas.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
             .alias("retry_chain")
         )
     )
@@ -94,13 +95,16 @@ def audit_dead_letters(
         .join(_replays(replay_log), on=_KEY, how="left")
     )
     chain = F.coalesce(
-        F.col("retry_chain"), F.array().cast(A.AUDIT_DEAD_LETTERS["retry_chain"].dataType)
+        F.col("retry_chain"),
+        F.array().cast(audit_schemas.AUDIT_DEAD_LETTERS["retry_chain"].dataType),
     )
-    cause = F.when(F.col("count") > 1, A.MAX_RECONSUME_TIMES).otherwise(A.SENT_TO_DLQ_DIRECTLY)
+    cause = F.when(F.col("count") > 1, findings.MAX_RECONSUME_TIMES).otherwise(
+        findings.SENT_TO_DLQ_DIRECTLY
+    )
     return rows.select(
         "msg_id",
         "group",
-        F.lit(A.DEAD_LETTERED).alias("kind"),
+        F.lit(findings.DEAD_LETTERED).alias("kind"),
         cause.alias("cause"),
         "count",
         F.col("first.topic").alias("topic"),
@@ -119,4 +123,4 @@ def audit_dead_letters(
         F.coalesce(F.col("replayed"), F.lit(False)).alias("replayed"),
         "replay_status",
         "replayed_at",
-    ).transform(conform(A.AUDIT_DEAD_LETTERS, as_of_ms))
+    ).transform(conform(audit_schemas.AUDIT_DEAD_LETTERS, as_of_ms))

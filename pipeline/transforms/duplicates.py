@@ -6,7 +6,7 @@ them too (`broker_runtime.workload.truth.cause_of`, the same rules in Python ove
 consumers journaled). Each delivery after a group's first of a message (ordered by receipt)
 is explained by the one before it, by the first rule that holds:
 1. both came from the message's own topic, from different stored copies (queue positions):
-   `producer_resend` (seed 002 6.1.2.1; even when the one before failed: the resent copy
+   `producer_resend` (even when the one before failed: the resent copy
    is a delivery of its own, not a retry of the first);
 2. the one before failed (RECONSUME_LATER / FAILED): `retry_after_failure`, as designed;
 3. another client delivered the one before and still held the queue when this one came:
@@ -29,7 +29,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline import audit_schemas as A
+from broker_runtime.common import findings
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     CONSUMED,
     FAILURES,
@@ -60,8 +61,8 @@ def stored_twice(messages: DataFrame) -> DataFrame:
     return grouped.filter(F.col("count") >= 2).select(
         F.col("uniq_key").alias("msg_id"),
         F.lit(None).cast("string").alias("group"),
-        F.lit(A.STORED_TWICE).alias("kind"),
-        F.lit(A.PRODUCER_RESEND).alias("cause"),
+        F.lit(findings.STORED_TWICE).alias("kind"),
+        F.lit(findings.PRODUCER_RESEND).alias("cause"),
         F.col("count"),
         F.col("topic"),
         F.col("broker"),
@@ -140,11 +141,11 @@ def explain_deliveries(log: DataFrame) -> DataFrame:
     )
     cause = (
         F.when(F.col("seq") == 1, F.lit(None).cast("string"))
-        .when(other_copy, A.PRODUCER_RESEND)
-        .when(F.col("p_outcome").isin(FAILURES), A.RETRY_AFTER_FAILURE)
-        .when(F.col("overlap"), A.REBALANCE_OVERLAP)
-        .when(F.col("p_outcome").isNull(), A.REDELIVERY_AFTER_RESTART)
-        .otherwise(A.OFFSET_NOT_COMMITTED)
+        .when(other_copy, findings.PRODUCER_RESEND)
+        .when(F.col("p_outcome").isin(FAILURES), findings.RETRY_AFTER_FAILURE)
+        .when(F.col("overlap"), findings.REBALANCE_OVERLAP)
+        .when(F.col("p_outcome").isNull(), findings.REDELIVERY_AFTER_RESTART)
+        .otherwise(findings.OFFSET_NOT_COMMITTED)
     )
     return steps.withColumn("cause", cause).select(*log.columns, "seq", "cause")
 
@@ -154,7 +155,7 @@ def delivered_twice(log: DataFrame) -> DataFrame:
     plus duplicate_effect rows where two or more deliveries were CONSUMED."""
     steps = explain_deliveries(log)
     extra = F.col("seq") > 1
-    not_retry = extra & (F.col("cause") != A.RETRY_AFTER_FAILURE)
+    not_retry = extra & (F.col("cause") != findings.RETRY_AFTER_FAILURE)
     per_msg = steps.groupBy(*_GROUP_MSG).agg(
         F.count(F.lit(1)).alias("count"),
         F.sum(F.when(F.col("outcome") == CONSUMED, 1).otherwise(0)).cast("long").alias("consumed"),
@@ -165,7 +166,7 @@ def delivered_twice(log: DataFrame) -> DataFrame:
         F.max("received_at").alias("last_ts"),
         F.array_join(F.array_sort(F.collect_set("client_id")), ",").alias("clients"),
         F.sort_array(F.collect_list(F.when(not_retry, F.struct("seq", "cause")))).alias("causes"),
-        F.max(extra & (F.col("cause") == A.RETRY_AFTER_FAILURE)).alias("retried"),
+        F.max(extra & (F.col("cause") == findings.RETRY_AFTER_FAILURE)).alias("retried"),
         F.max_by("outcome", "seq").alias("last_outcome"),
         F.array_join(
             F.transform(
@@ -176,12 +177,12 @@ def delivered_twice(log: DataFrame) -> DataFrame:
         ).alias("steps"),
     )
     kind = (
-        F.when(F.size("causes") > 0, A.DELIVERED_TWICE)
-        .when(F.col("retried") & (F.col("last_outcome") == CONSUMED), A.RETRIED_THEN_OK)
+        F.when(F.size("causes") > 0, findings.DELIVERED_TWICE)
+        .when(F.col("retried") & (F.col("last_outcome") == CONSUMED), findings.RETRIED_THEN_OK)
         .otherwise(F.lit(None).cast("string"))
     )
     cause = F.when(F.size("causes") > 0, F.col("causes")[0]["cause"]).otherwise(
-        A.RETRY_AFTER_FAILURE
+        findings.RETRY_AFTER_FAILURE
     )
     rows = (
         per_msg.filter(F.col("count") >= 2)
@@ -206,7 +207,7 @@ def delivered_twice(log: DataFrame) -> DataFrame:
     )
     effects = rows.filter(F.col("consumed") >= 2).withColumns(
         {
-            "kind": F.lit(A.DUPLICATE_EFFECT),
+            "kind": F.lit(findings.DUPLICATE_EFFECT),
             "count": F.col("consumed"),
             "detail": F.format_string("CONSUMED %d times; %s", F.col("consumed"), F.col("detail")),
         }
@@ -219,5 +220,5 @@ def audit_duplicates(messages: DataFrame, log: DataFrame, as_of_ms: int) -> Data
     return (
         stored_twice(messages)
         .unionByName(delivered_twice(log))
-        .transform(conform(A.AUDIT_DUPLICATES, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_DUPLICATES, as_of_ms))
     )

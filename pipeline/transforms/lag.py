@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline import audit_schemas as A
+from broker_runtime.common import findings
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     QUEUE,
     Transform,
@@ -121,7 +122,7 @@ def audit_lag(
         .select(
             F.col("oldest_key").alias("msg_id"),
             "group",
-            F.lit(A.LAG).alias("kind"),
+            F.lit(findings.LAG).alias("kind"),
             "cause",
             F.col("lag_messages").alias("count"),
             *QUEUE,
@@ -135,5 +136,5 @@ def audit_lag(
             "status",
             F.col("oldest_ts").alias("first_ts"),
         )
-        .transform(conform(A.AUDIT_LAG, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_LAG, as_of_ms))
     )

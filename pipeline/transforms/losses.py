@@ -18,8 +18,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     QUEUE,
     conform,
@@ -78,9 +79,9 @@ def lost_after_ack(
     return lost.select(
         "msg_id",
         F.lit(None).cast("string").alias("group"),
-        F.lit(A.LOST_AFTER_ACK).alias("kind"),
-        F.when(F.col("delivered"), A.ABSENT_AFTER_DELIVERY)
-        .otherwise(A.ABSENT_FROM_COMMITLOG)
+        F.lit(findings.LOST_AFTER_ACK).alias("kind"),
+        F.when(F.col("delivered"), findings.ABSENT_AFTER_DELIVERY)
+        .otherwise(findings.ABSENT_FROM_COMMITLOG)
         .alias("cause"),
         F.lit(1).cast("long").alias("count"),
         "topic",
@@ -139,13 +140,13 @@ def undelivered(
     expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
     passed = F.col("committed_offset") > F.col("queue_offset")
     kind = (
-        F.when(expired, A.EXPIRED_BEFORE_CONSUMED)
-        .when(passed, A.NEVER_DELIVERED)
+        F.when(expired, findings.EXPIRED_BEFORE_CONSUMED)
+        .when(passed, findings.NEVER_DELIVERED)
         .otherwise(F.lit(None).cast("string"))
     )
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    cause = F.when(expired, A.FILE_DELETED_BEFORE_DELIVERY).otherwise(
-        A.OFFSET_PASSED_WITHOUT_DELIVERY
+    cause = F.when(expired, findings.FILE_DELETED_BEFORE_DELIVERY).otherwise(
+        findings.OFFSET_PASSED_WITHOUT_DELIVERY
     )
     detail = F.when(
         expired,
@@ -196,5 +197,5 @@ def audit_losses(
     return (
         lost_after_ack(stubs, messages, log, min_offsets, ingested)
         .unionByName(undelivered(messages, stubs, log, offsets, ingested))
-        .transform(conform(A.AUDIT_LOSSES, as_of_ms))
+        .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
     )

@@ -1,5 +1,5 @@
-"""`resend_candidates` and `manual_handling`: the producer stubs the resend job acts on
-(seed 002 6.5.1 and 6.5.3), judged at the run's as-of time, never the wall clock.
+"""`resend_candidates` and `manual_handling`: the producer stubs the resend job acts on,
+judged at the run's as-of time, never the wall clock.
 
 A stub is a resend candidate when all of these hold:
 1. it is UNCONFIRMED (the broker's acknowledgement never arrived);
@@ -18,11 +18,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
-from pipeline import audit_schemas as A
+from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform
 
-DEFAULT_MAX_SEND_COUNT = 16
 _STUB = [
     "msg_id",
     "topic",
@@ -67,10 +67,10 @@ def resend_candidates(
         *_STUB,
         "max_log_offset",
         F.lit(None).cast("string").alias("group"),
-        F.lit(A.RESEND_DUE).alias("kind"),
+        F.lit(findings.RESEND_DUE).alias("kind"),
         cause.alias("cause"),
         F.col("send_count").cast("long").alias("count"),
-    ).transform(conform(A.RESEND_CANDIDATES, as_of_ms))
+    ).transform(conform(audit_schemas.RESEND_CANDIDATES, as_of_ms))
 
 
 def manual_handling(
@@ -87,7 +87,7 @@ def manual_handling(
         *_STUB,
         F.coalesce(F.col("in_message_log"), F.lit(False)).alias("in_message_log"),
         F.lit(None).cast("string").alias("group"),
-        F.lit(A.MAX_SEND_COUNT).alias("kind"),
+        F.lit(findings.MAX_SEND_COUNT).alias("kind"),
         F.lit("send_count_at_max").alias("cause"),
         F.col("send_count").cast("long").alias("count"),
-    ).transform(conform(A.MANUAL_HANDLING, as_of_ms))
+    ).transform(conform(audit_schemas.MANUAL_HANDLING, as_of_ms))

@@ -99,6 +99,8 @@ def test_spark_submit_mode_submits_the_spark_steps(
 ) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
+    from dags.settings import var_template
+
     monkeypatch.setenv("AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT", "true")
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
@@ -108,5 +110,8 @@ def test_spark_submit_mode_submits_the_spark_steps(
     assert all(t.application == str(DAGS / "spark_app.py") for t in steps)
     assert [t.application_args[0] for t in steps] == ["ingest", "validate", "audit", "report"]
     assert "data_interval_end" in " ".join(audit.get_task("audit").application_args)
+    for step in ("validate", "audit"):  # the gate takes the bound the audit and resend take
+        args = audit.get_task(step).application_args
+        assert args[args.index("--max-send-count") + 1] == var_template("mqaudit_max_send_count")
     resend = bag.dags["mq_retry_resend"].get_task("resend")
     assert resend.application_args[0] == "resend"

@@ -20,10 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_runtime.cli.main import main
-from pipeline import audit_schemas as A
-from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
 from pipeline.spark_session import build_spark
 from tests.conftest import mqaudit_cmd
 from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
@@ -106,7 +104,7 @@ def test_the_cluster_gives_the_same_lake_as_local(
     for key in ("ingested_messages", "appended", "audit_rows", "audit_gates", "problems"):
         assert here[key] == there[key], key
     assert here["ingested_messages"] > 0
-    for name, schema in {**S.TABLES, **A.AUDIT_TABLES}.items():
+    for name, schema in {**INGESTED_TABLES, **AUDIT_TABLES}.items():
         assert _rows(spark, local, name, schema) == _rows(spark, cluster, name, schema), name
 
 
@@ -148,4 +146,4 @@ def test_mq_audit_through_spark_submit_on_the_cluster(
         assert spark_cluster.executors(app["id"]), app
     (report,) = (reports / "mq_audit").glob("*/audit_report.html")
     assert "lost" in report.read_text()
-    assert all(table_exists(table_path(lake, t)) for t in A.AUDIT_TABLES)
+    assert all(table_exists(table_path(lake, t)) for t in AUDIT_TABLES)

@@ -73,7 +73,7 @@ def ingest(spark: Any, data_dir: Path, lake: Path) -> dict[str, Any]:
 
 def replay_log(spark: Any, lake: Path) -> list[dict[str, Any]]:
     from pipeline.delta_io import DeltaIO
-    from pipeline.remediation.tables import DLQ_REPLAY_LOG, REPLAY_LOG_TABLE
+    from pipeline.lake import DLQ_REPLAY_LOG
 
-    df = DeltaIO(spark).read(str(lake / REPLAY_LOG_TABLE), DLQ_REPLAY_LOG)
+    df = DeltaIO(spark).read(DLQ_REPLAY_LOG.path(lake), DLQ_REPLAY_LOG.schema)
     return [r.asDict() for r in df.collect()]

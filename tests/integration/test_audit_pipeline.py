@@ -29,11 +29,11 @@ from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRec
 from broker_runtime.ledger.schema import Outcome
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
-from expectations.checkpoints import run_all_gates
-from pipeline.audit_schemas import AUDIT_TABLES
+from expectations.gates import run_all_gates
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.ingest import run_ingest, table_path
+from pipeline.jobs.ingest import run_ingest
+from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.schemas import INGEST_CHECKPOINT
 from pipeline.spark_session import build_spark
 

@@ -10,6 +10,7 @@ import pytest
 
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import (
     ConsumeFromWhere,
@@ -19,6 +20,7 @@ from broker_runtime.client.model import (
     new_message,
 )
 from broker_runtime.client.producer import Producer
+from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.sync import SyncLitePullConsumer, SyncProducer
 from broker_runtime.common import aio
 from broker_runtime.remoting.protocol import ResponseCode
@@ -85,7 +87,11 @@ def test_signed_clients_work_and_unpermitted_ones_get_a_clear_error(tmp_path: Pa
                 anonymous.send(new_message("Orders", b"unsigned"))
 
         with SyncLitePullConsumer(
-            LitePullConsumer(cfg(APP), "orders-app", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+            LitePullConsumer(
+                cfg(APP),
+                "orders-app",
+                options=ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET),
+            )
         ) as consumer:
             consumer.subscribe("Orders")
             got: list[ReceivedMessage] = []
@@ -95,3 +101,14 @@ def test_signed_clients_work_and_unpermitted_ones_get_a_clear_error(tmp_path: Pa
                     break
             consumer.commit()
         assert {m.msg_id for m in got} == {r.msg_id for r in results} | set(batch.msg_ids)
+
+        async def refused_consumers() -> None:
+            for keys, group in ((APP, "not-my-group"), ((APP[0], "wrong-secret"), "orders-app")):
+                consumer = PushConsumer(cfg(keys), group, lambda msgs, ctx: None)
+                consumer.subscribe("Orders")
+                with pytest.raises(MQBrokerError) as refused:  # not a silent idle consumer
+                    await consumer.start()
+                assert refused.value.code == ResponseCode.NO_PERMISSION
+                assert not consumer.running
+
+        aio.run(refused_consumers())

@@ -16,6 +16,7 @@ import pytest
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.lite_pull_consumer import LitePullConsumer
 from broker_runtime.client.model import (
     ConsumeFromWhere,
@@ -90,8 +91,12 @@ def test_two_consumers_of_a_group_consume_everything_exactly_once(cluster: Clust
         await create_topic(ns, topic)
         got1: list[ReceivedMessage] = []
         got2: list[ReceivedMessage] = []
-        c1 = PushConsumer(config(ns), group, collector(got1), consume_from=FIRST)
-        c2 = PushConsumer(config(ns), group, collector(got2), consume_from=FIRST)
+        c1 = PushConsumer(
+            config(ns), group, collector(got1), options=ConsumerOptions(consume_from=FIRST)
+        )
+        c2 = PushConsumer(
+            config(ns), group, collector(got2), options=ConsumerOptions(consume_from=FIRST)
+        )
         for c in (c1, c2):
             c.subscribe(topic)
         async with c1, c2:
@@ -127,9 +132,11 @@ def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster, tmp_p
                 config(ns, name),
                 group,
                 collector(got[name]),
-                message_model=MessageModel.BROADCASTING,
-                consume_from=FIRST,
-                offsets_dir=tmp_path,
+                options=ConsumerOptions(
+                    message_model=MessageModel.BROADCASTING,
+                    consume_from=FIRST,
+                    offsets_dir=tmp_path,
+                ),
             )
             for name in got
         }
@@ -150,9 +157,9 @@ def test_broadcasting_gives_every_consumer_every_message(cluster: Cluster, tmp_p
             config(ns, "x"),
             group,
             collector(again),
-            message_model=MessageModel.BROADCASTING,
-            consume_from=FIRST,
-            offsets_dir=tmp_path,
+            options=ConsumerOptions(
+                message_model=MessageModel.BROADCASTING, consume_from=FIRST, offsets_dir=tmp_path
+            ),
         )
         x.subscribe(topic)
         async with x:
@@ -175,7 +182,9 @@ def test_tag_expression_selects_messages(cluster: Cluster) -> None:
             if tag in ("TAGA", "TAGB"):
                 wanted += ids
         got: list[ReceivedMessage] = []
-        c = PushConsumer(config(ns), "g-tags", collector(got), consume_from=FIRST)
+        c = PushConsumer(
+            config(ns), "g-tags", collector(got), options=ConsumerOptions(consume_from=FIRST)
+        )
         c.subscribe(topic, "TAGA || TAGB")
         async with c, MQAdmin(ns) as admin:
             await until(lambda: len(got) >= 30, 30, "30 tagged messages")
@@ -211,7 +220,7 @@ def test_ordered_send_keeps_a_key_in_one_queue_in_order(cluster: Cluster) -> Non
         assert all(len(q) == 1 for q in queues.values())
         got: list[ReceivedMessage] = []
         async with LitePullConsumer(
-            config(ns), "g-ordered", consume_from=FIRST, auto_commit=False
+            config(ns), "g-ordered", options=ConsumerOptions(consume_from=FIRST), auto_commit=False
         ) as lite:
             await lite.assign({mq for q in queues.values() for mq in q})
             while len(got) < 120:
@@ -230,7 +239,9 @@ def test_lite_pull_commit_seek_and_committed(cluster: Cluster) -> None:
         ns, topic, group = cluster.namesrv_addr, "LITE", "g-lite"
         await create_topic(ns, topic)
         sent = await produce(ns, topic, 80)
-        lite = LitePullConsumer(config(ns), group, consume_from=FIRST, auto_commit=False)
+        lite = LitePullConsumer(
+            config(ns), group, options=ConsumerOptions(consume_from=FIRST), auto_commit=False
+        )
         lite.subscribe(topic)
         async with lite:  # no auto commit: the seek below is not stored
             got: list[ReceivedMessage] = []

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ReceivedMessage
 from broker_runtime.client.push_consumer import PushConsumer
 from tests.integration.cluster_fixtures import running_cluster
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.integration
 STUCK_CONSUMER = r"""
 import asyncio, sys
 from broker_runtime.client.config import ClientConfig
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ConsumeFromWhere, ConsumeStatus
 from broker_runtime.client.push_consumer import PushConsumer
 
@@ -49,7 +51,7 @@ async def main():
 
     c = PushConsumer(
         ClientConfig(ns, persist_offset_interval_s=0.5), group, listener,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, threads=4,
+        ConsumerOptions(consume_from=ConsumeFromWhere.FIRST_OFFSET), threads=4,
     )
     c.subscribe(topic)
     await c.start()
@@ -104,7 +106,9 @@ def test_killed_consumer_is_redelivered_from_its_lowest_unacked_offset(
 
         async def second_run() -> list[ReceivedMessage]:
             got: list[ReceivedMessage] = []
-            c = PushConsumer(config(ns), group, collector(got), consume_from=FIRST)
+            c = PushConsumer(
+                config(ns), group, collector(got), options=ConsumerOptions(consume_from=FIRST)
+            )
             c.subscribe(topic)
             async with c:
                 await until(lambda: len(got) >= 40, 60, "redelivery of offsets 10..49")
@@ -127,7 +131,9 @@ def test_consumers_read_from_the_slave_when_the_master_is_down(tmp_path: Path) -
             await create_topic(ns, topic, brokers=1)
             sent = await produce(ns, topic, 200)  # SYNC_MASTER: the slave has every one
             got: list[ReceivedMessage] = []
-            before = PushConsumer(config(ns), "g-slave-1", collector(got), consume_from=FIRST)
+            before = PushConsumer(
+                config(ns), "g-slave-1", collector(got), options=ConsumerOptions(consume_from=FIRST)
+            )
             before.subscribe(topic)
             async with before:
                 await until(lambda: len(got) >= 1, 30, "the first messages")
@@ -136,7 +142,12 @@ def test_consumers_read_from_the_slave_when_the_master_is_down(tmp_path: Path) -
             assert {m.msg_id for m in got} == set(sent)
             # A group that starts now can only be served by the slave.
             fresh: list[ReceivedMessage] = []
-            after = PushConsumer(config(ns), "g-slave-2", collector(fresh), consume_from=FIRST)
+            after = PushConsumer(
+                config(ns),
+                "g-slave-2",
+                collector(fresh),
+                options=ConsumerOptions(consume_from=FIRST),
+            )
             after.subscribe(topic)
             async with after:
                 await until(lambda: len(fresh) >= 200, 60, "200 messages from the slave")

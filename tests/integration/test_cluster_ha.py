@@ -13,12 +13,15 @@ import asyncio
 import json
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from broker_runtime.remoting.bodies import decode_json
+from broker_runtime.remoting.command import RemotingCommand
 from broker_runtime.remoting.protocol import RequestCode as C
 from broker_runtime.remoting.protocol import ResponseCode as R
 from tests.conftest import mqaudit_cmd
@@ -38,8 +41,14 @@ class Ack:
     phys_offset: int
 
 
-async def load(addr: str, seconds: float, senders: int = 8) -> tuple[list[Ack], int]:
-    """Send for `seconds` from `senders` tasks; returns (acknowledged, failed or unanswered)."""
+async def load(
+    addr: str,
+    seconds: float,
+    senders: int = 8,
+    on_answer: Callable[[RawClient, RemotingCommand], Awaitable[None]] | None = None,
+) -> tuple[list[Ack], int]:
+    """Send for `seconds` from `senders` tasks; returns (acknowledged, failed or unanswered).
+    `on_answer` sees each answer (with the sender's client) before the next send."""
     acks: list[Ack] = []
     failed = 0
     stop = time.monotonic() + seconds
@@ -64,6 +73,8 @@ async def load(addr: str, seconds: float, senders: int = 8) -> tuple[list[Ack], 
                     acks.append(Ack(body, q, int(f["queueOffset"]), int(f["physOffset"])))
                 else:
                     failed += 1
+                if on_answer is not None:
+                    await on_answer(client, r)
         finally:
             await client.close()
 
@@ -169,28 +180,33 @@ def test_sync_master_sync_flush_loses_no_acknowledged_message(tmp_path: Path) ->
             verify_store(c.store_dir(node))
 
 
+def failover_loss(c: Cluster, acks: list[Ack], failed: int) -> dict[str, Any]:
+    """What the slave lacks of the acknowledged messages once the master is gone; checks it
+    is exactly what lies past the slave's log end (no hole in the middle)."""
+    slave_end = int(asyncio.run(runtime(c.addr("broker-a-slave")))["commitLogMaxOffset"])
+    on_slave = asyncio.run(read_all(c.addr("broker-a-slave")))
+    lost = sorted((a for a in acks if a.body not in on_slave), key=lambda a: a.phys_offset)
+    assert all(a.phys_offset >= slave_end for a in lost)
+    assert all(a.body in on_slave for a in acks if a.phys_offset < slave_end)
+    return {
+        "acknowledged": len(acks),
+        "failed": failed,
+        "on_slave": sum(a.body in on_slave for a in acks),
+        "lost_at_failover": len(lost),
+        "slave_log_end": slave_end,
+        "lost_offsets": [a.phys_offset for a in lost],
+    }
+
+
 def test_async_replication_loss_is_reported_and_is_the_unreplicated_tail(tmp_path: Path) -> None:
     with running_cluster(
         tmp_path / "c", name_servers=1, flush="async", replication="async", segment_size=256 << 10
     ) as c:
         acks, failed = crash_under_load(c)
         assert len(acks) > 200
-        slave_end = int(asyncio.run(runtime(c.addr("broker-a-slave")))["commitLogMaxOffset"])
-        on_slave = asyncio.run(read_all(c.addr("broker-a-slave")))
-        lost = sorted((a for a in acks if a.body not in on_slave), key=lambda a: a.phys_offset)
-        report = {
-            "acknowledged": len(acks),
-            "failed": failed,
-            "on_slave": sum(a.body in on_slave for a in acks),
-            "lost_at_failover": len(lost),
-            "slave_log_end": slave_end,
-            "lost_offsets": [a.phys_offset for a in lost],
-        }
+        report = failover_loss(c, acks, failed)
         (tmp_path / "async_loss_report.json").write_text(json.dumps(report))
         print(f"\nASYNC failover report: {json.dumps(report)[:400]}")
-        # What the slave lacks is exactly what lies past its log end: no hole in the middle.
-        assert all(a.phys_offset >= slave_end for a in lost)
-        assert all(a.body in on_slave for a in acks if a.phys_offset < slave_end)
 
         # The SIGKILL left the master's page cache intact: after recovery nothing acked is
         # gone, and the slave catches up with the tail it had missed.

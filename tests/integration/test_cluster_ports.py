@@ -16,6 +16,7 @@ import pytest
 
 from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.cluster.status import status as cluster_status
 from tests.integration.cluster_fixtures import Cluster, kill_leftovers, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ def _up_and_check(data_dir: Path, other: Cluster, capsys: pytest.CaptureFixture[
             assert n.port not in taken and n.ha_port not in taken, n
             assert supervisor.process_alive(n), n.name
         assert all(supervisor.process_alive(n) for n in other.layout.nodes)
-        status = supervisor.status(ClusterLayout.load(data_dir))
+        status = cluster_status(ClusterLayout.load(data_dir))
         assert all(row["answering"] for row in status["nodes"]), status
         assert "broker-a-master: port taken, trying new ports (1/5)" in capsys.readouterr().err
     finally:

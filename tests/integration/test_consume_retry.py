@@ -20,6 +20,7 @@ import pytest
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.config import ClientConfig
 from broker_runtime.client.consume_service import ConsumeContext
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.ledger_hooks import ConsumerLedgerHooks, ProducerLedgerHooks
 from broker_runtime.client.model import (
     ConsumeFromWhere,
@@ -114,7 +115,10 @@ def test_retry_then_success_with_the_topic_restored_and_ledgers_written(
         sent = await produce(ns, topic, 10, tmp_path)
         seen: Seen = []
         c = PushConsumer(
-            config(ns), group, recorder(seen, lambda m: m.reconsume_times == 0), consume_from=FIRST
+            config(ns),
+            group,
+            recorder(seen, lambda m: m.reconsume_times == 0),
+            options=ConsumerOptions(consume_from=FIRST),
         )
         hooks = ConsumerLedgerHooks(ConsumerLedger.open(tmp_path), group, c.client_id).attach(c)
         c.subscribe(topic)
@@ -159,9 +163,12 @@ def test_past_max_reconsume_times_the_message_is_dead_lettered(cluster: Cluster)
         seen: Seen = []
         order = {r.msg_id: i for i, r in enumerate(sent)}
         c = PushConsumer(
-            config(ns), group, recorder(seen, lambda m: ways[order[m.msg_id]]),
-            consume_from=FIRST, max_reconsume_times=2,
-        )  # fmt: skip
+            config(ns),
+            group,
+            recorder(seen, lambda m: ways[order[m.msg_id]]),
+            options=ConsumerOptions(consume_from=FIRST),
+            max_reconsume_times=2,
+        )
         c.subscribe(topic)
         async with c:
             await until(lambda: len(seen) >= 9, 30, "3 deliveries of each message")
@@ -199,8 +206,12 @@ class Unreachable(ConsumeRetry):
 
 
 def consumer_with(ns: str, group: str, seen: Seen, direct_too: bool) -> PushConsumer:
-    c = PushConsumer(config(ns), group, recorder(seen, lambda m: m.reconsume_times == 0),
-                     consume_from=FIRST)  # fmt: skip
+    c = PushConsumer(
+        config(ns),
+        group,
+        recorder(seen, lambda m: m.reconsume_times == 0),
+        options=ConsumerOptions(consume_from=FIRST),
+    )
     retry = Unreachable(c.instance, c.config, group, 16, c.rebalance_now)
     retry.direct_too = direct_too
     c.retry = retry
@@ -268,9 +279,13 @@ def test_orderly_consumption_retries_in_place_and_holds_the_queue_lock(cluster: 
             return (m.msg_id == flaky and m.reconsume_times < 2) or m.msg_id == doomed
 
         c = OrderlyPushConsumer(
-            config(ns), group, recorder(seen, fail), suspend_ms=200, max_reconsume_times=2,
-            consume_from=FIRST,
-        )  # fmt: skip
+            config(ns),
+            group,
+            recorder(seen, fail),
+            options=ConsumerOptions(consume_from=FIRST),
+            suspend_ms=200,
+            max_reconsume_times=2,
+        )
         c.subscribe(topic)
         async with c, MQAdmin(ns) as admin:
             await until(lambda: len({s[0] for s in seen}) == 20 and c.consumed == 20, 30, "all 20")
@@ -321,8 +336,12 @@ def test_a_queue_moves_between_orderly_consumers_in_order_and_once(cluster: Clus
 
             return listener
 
-        c1 = OrderlyPushConsumer(config(ns), group, slow("c1"), consume_from=FIRST)
-        c2 = OrderlyPushConsumer(config(ns), group, slow("c2"), consume_from=FIRST)
+        c1 = OrderlyPushConsumer(
+            config(ns), group, slow("c1"), options=ConsumerOptions(consume_from=FIRST)
+        )
+        c2 = OrderlyPushConsumer(
+            config(ns), group, slow("c2"), options=ConsumerOptions(consume_from=FIRST)
+        )
         for c in (c1, c2):
             c.subscribe(topic)
         async with c1:

@@ -39,7 +39,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
         timeout=1400,
     )
     assert done.returncode == 0, done.stderr[-5000:]
-    assert "[workload" in done.stderr and "== mq_audit" in done.stderr  # progress as it runs
+    assert "workload: [" in done.stderr and "== mq_audit" in done.stderr  # progress as it runs
     assert "== mqaudit demo summary" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
 

@@ -34,7 +34,7 @@ def test_produce_consume_and_admin_commands(tmp_path: Path, cli_env: dict[str, s
 
         out = run(cli_env, "produce", *d, "--topic", "CliTopic", "--count", "300", "--keys",
                   "--tags", "T1", "--size", "64")  # fmt: skip
-        assert last_json(out) == {"sent": 300, "failed": 0}
+        assert last_json(out) == {"sent": 300, "failed": 0, "statuses": {"SEND_OK": 300}}
         assert "sent 300/300" in out.stderr  # progress went to stderr
 
         args = ["consume", *d, "--group", "cli-g", "--topic", "CliTopic"]

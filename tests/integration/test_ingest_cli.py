@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from pipeline import schemas as S
+from pipeline.lake import INGESTED_TABLES
 from tests.conftest import mqaudit_cmd
 from tests.unit.pipeline import ledgers
 from tests.unit.pipeline.stores import stored, varied, write_store
@@ -41,7 +41,7 @@ def test_cli_ingests_a_cluster_dir(tmp_path: Path, cli_env: dict[str, str]) -> N
     assert "ingest: 2 broker store dir(s)" in run.stderr
     assert "messages" in run.stderr.splitlines()[-1] or "rows" in run.stderr
     counts = {}
-    for name in S.TABLES:
+    for name in INGESTED_TABLES:
         table = DeltaTable(str(lake / name))
         counts[name] = sum(pq.read_metadata(u).num_rows for u in table.file_uris())
     assert counts["messages"] == counts["consume_queue"] == 2 * len(stored(master))

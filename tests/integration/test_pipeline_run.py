@@ -21,9 +21,8 @@ from pyspark.sql import SparkSession
 from broker_runtime.cli.main import main
 from broker_runtime.ledger.producer import ProducerLedger
 from dags import spark_app
-from pipeline.audit_schemas import AUDIT_TABLES
 from pipeline.delta_io import table_exists
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import build_spark
 from tests.integration.audit_data import build_data_dir
 

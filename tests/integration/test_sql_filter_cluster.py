@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ReceivedMessage, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.client.push_consumer import PushConsumer
@@ -70,12 +71,12 @@ def test_a_sql92_subscription_gets_exactly_the_messages_its_expression_takes(
         by_sql: list[ReceivedMessage] = []
         by_tag: list[ReceivedMessage] = []
         by_tags_in_sql: list[ReceivedMessage] = []
+        first = ConsumerOptions(consume_from=FIRST)
         consumers = [
-            PushConsumer(config(ns, "s"), "g-sql", collector(by_sql), consume_from=FIRST),
-            PushConsumer(config(ns, "t"), "g-tag", collector(by_tag), consume_from=FIRST),
-            PushConsumer(config(ns, "u"), "g-tags-sql", collector(by_tags_in_sql),
-                         consume_from=FIRST),
-        ]  # fmt: skip
+            PushConsumer(config(ns, "s"), "g-sql", collector(by_sql), first),
+            PushConsumer(config(ns, "t"), "g-tag", collector(by_tag), first),
+            PushConsumer(config(ns, "u"), "g-tags-sql", collector(by_tags_in_sql), first),
+        ]
         consumers[0].subscribe(topic, EXPR, "SQL92")
         consumers[1].subscribe(topic, "B")
         consumers[2].subscribe(topic, "TAGS = 'B' AND n > 30", "SQL92")

@@ -24,7 +24,7 @@ import pytest
 
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.common.message import UNIQ_KEY, Message, StoredMessage
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.checkpoint import Checkpoint
 from broker_runtime.store.consume_queue import ENTRY, ENTRY_SIZE
@@ -195,7 +195,7 @@ def test_sigkill_mid_put_loses_no_acknowledged_message(
         put_one_more(store)
     finally:
         store.shutdown()
-    report = inspect.verify(config.store_dir)
+    report = inspection.verify(config.store_dir)
     assert report.consistent, report.as_dict()
     assert report.messages >= len(acks) + 1
 
@@ -279,6 +279,6 @@ def test_power_loss_cuts_back_to_the_checkpoint(tmp_path: Path, cli_env: dict[st
         put_one_more(store)
     finally:
         store.shutdown()
-    report = inspect.verify(store_dir)
+    report = inspection.verify(store_dir)
     assert report.consistent, report.as_dict()
     assert report.messages == len(msgs) + 1

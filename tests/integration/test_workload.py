@@ -19,7 +19,7 @@ import pytest
 
 from broker_runtime.common.message import UNIQ_KEY
 from broker_runtime.common.topics import dlq_topic
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.plan import SCENARIOS
 from broker_runtime.workload.truth import validate
@@ -59,7 +59,7 @@ def run_workload(
         for own in sorted((c.data_dir / "scenarios").glob("*")):
             kill_leftovers(own)
     assert out.returncode == 0, out.stderr[-4000:]
-    assert "[workload" in out.stderr  # progress
+    assert "workload: [" in out.stderr  # progress
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     doc = json.loads(truth.read_text())
     validate(doc)
@@ -68,12 +68,8 @@ def run_workload(
 
 def messages(store: Path) -> Iterator[Any]:
     """Every message in a store's commitlog, read from its files."""
-    log = inspect.open_log(store)
-    try:
-        for _phys, view, pos in inspect.units(log):
-            yield codec.decode(view, pos)
-    finally:
-        log.close()
+    for _phys, view, pos in inspection.units(store):
+        yield codec.decode(view, pos)
 
 
 def copies_in_logs(root: Path, role: str = "master") -> Counter[tuple[str, str]]:

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from broker_runtime.ledger.engine import normalize_url
 from broker_runtime.workload.truth import validate
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_files import read_arrow
 from tests.conftest import mqaudit_cmd
 from tests.integration.cluster_fixtures import running_cluster
@@ -61,8 +61,8 @@ def test_ledgers_in_postgresql_match_the_truth_and_are_ingested(
     run = subprocess.run(mqaudit_cmd(*argv), env=cli_env, capture_output=True, text=True,
                          timeout=280)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    stubs_in_lake = read_arrow(str(lake / "message_stub"), S.MESSAGE_STUB)
+    stubs_in_lake = read_arrow(str(lake / "message_stub"), schemas.MESSAGE_STUB)
     assert sorted(stubs_in_lake.column("status").to_pylist()) == ["CONFIRMED"] * 30
     assert sorted(stubs_in_lake.column("msg_id").to_pylist()) == sorted(m for m, _ in rows)
-    log_in_lake = read_arrow(str(lake / "message_log"), S.MESSAGE_LOG)
+    log_in_lake = read_arrow(str(lake / "message_log"), schemas.MESSAGE_LOG)
     assert sorted(log_in_lake.column("id").to_pylist()) == log_ids

@@ -34,7 +34,8 @@ from tests.db_servers import stop_process
 INTEROP = Path(__file__).resolve().parent
 CONF = INTEROP / "conf"
 TARGET = INTEROP / "target"
-START_TIMEOUT_S = 90.0
+ROCKETMQ5 = INTEROP / "rocketmq5"
+START_TIMEOUT_S = 180.0  # RocketMQ 5.5 took over 90 s to boot at load 40 on 2 cores
 
 # RocketMQ 4.9 reaches into these JDK internals (direct-buffer cleaners, netty, fastjson).
 ADD_OPENS = [
@@ -59,29 +60,41 @@ def _unavailable(what: str) -> None:
     pytest.skip(message)
 
 
-def _sources_newer_than(stamp: Path) -> bool:
+def _sources_newer_than(stamp: Path, sources: list[Path]) -> bool:
     if not stamp.exists():
         return True
     built = stamp.stat().st_mtime
-    sources = [INTEROP / "pom.xml", *(INTEROP / "java").rglob("*.java")]
     return any(src.stat().st_mtime > built for src in sources)
 
 
-def classpath() -> str:
-    """The official jars plus the compiled programs, building them first when needed (offline
-    once ~/.m2 holds the dependencies; `make interop-build` does the first download)."""
+def _maven_classpath(project: Path, sources: list[Path]) -> str:
+    """Build `project/pom.xml` when needed (offline once ~/.m2 holds its dependencies);
+    the classpath its dependency plugin wrote."""
     if shutil.which("java") is None or shutil.which("mvn") is None:
         _unavailable("java and mvn are needed for the Apache RocketMQ interop tests")
-    stamp = TARGET / "classpath.txt"
-    if _sources_newer_than(stamp):
-        build = ["mvn", "-q", "-f", str(INTEROP / "pom.xml"), "compile"]
+    stamp = project / "target" / "classpath.txt"
+    if _sources_newer_than(stamp, [project / "pom.xml", *sources]):
+        build = ["mvn", "-q", "-f", str(project / "pom.xml"), "compile"]
         done = subprocess.run([*build[:1], "-o", *build[1:]], capture_output=True, text=True)
         if done.returncode != 0:  # dependencies not cached yet: fetch them from Maven Central
             done = subprocess.run(build, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"mvn compile failed:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
         stamp.touch()
-    return stamp.read_text().strip() + os.pathsep + str(TARGET / "classes")
+    return stamp.read_text().strip()
+
+
+def classpath() -> str:
+    """The official jars plus the compiled programs, building them first when needed (offline
+    once ~/.m2 holds the dependencies; `make interop-build` does the first download)."""
+    jars = _maven_classpath(INTEROP, list((INTEROP / "java").rglob("*.java")))
+    return jars + os.pathsep + str(TARGET / "classes")
+
+
+def classpath5() -> str:
+    """Apache RocketMQ 5's name server and broker (rocketmq5/pom.xml), for `start_broker` and
+    `real_namesrv` with `cp=`; the client programs stay on `classpath()`."""
+    return _maven_classpath(ROCKETMQ5, [])
 
 
 def _java_env() -> dict[str, str]:
@@ -187,7 +200,9 @@ class JavaServer:
             self.proc.wait()
 
 
-def _start(main: str, home: Path, conf: dict[str, str], port: int, ready: str) -> JavaServer:
+def _start(
+    main: str, home: Path, conf: dict[str, str], port: int, ready: str, cp: str | None = None
+) -> JavaServer:
     home.mkdir(parents=True, exist_ok=True)
     conf_file = home / f"{main.rsplit('.', 1)[-1]}.conf"
     conf_file.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
@@ -201,13 +216,18 @@ def _start(main: str, home: Path, conf: dict[str, str], port: int, ready: str) -
         f"-Dlogback.configurationFile={logback}",
         f"-Duser.home={home}",
         "-cp",
-        classpath(),
+        cp or classpath(),
         main,
         "-c",
         str(conf_file),
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_java_env())
+        # A session of its own, as `mqaudit cluster up` starts its nodes: with the kernel's
+        # autogroup scheduling a session is a scheduling group, and a server in its caller's
+        # would share one CPU share with the caller's clients (cluster_bench runs both).
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=_java_env(), start_new_session=True
+        )
     server = JavaServer(proc, port, log, conf_file, home, conf)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -221,8 +241,9 @@ def _start(main: str, home: Path, conf: dict[str, str], port: int, ready: str) -
 
 
 @contextlib.contextmanager
-def real_namesrv(home: Path) -> Iterator[JavaServer]:
-    """Apache RocketMQ's name server on 127.0.0.1 and an ephemeral port."""
+def real_namesrv(home: Path, cp: str | None = None) -> Iterator[JavaServer]:
+    """Apache RocketMQ's name server on 127.0.0.1 and an ephemeral port (`cp`: another
+    release's jars, such as `classpath5()`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -232,6 +253,7 @@ def real_namesrv(home: Path) -> Iterator[JavaServer]:
         {"listenPort": str(port)},
         port,
         "The Name Server boot success",
+        cp,
     )
     try:
         yield server
@@ -266,16 +288,17 @@ def broker_settings(home: Path, namesrv: str, **overrides: str) -> dict[str, str
     return settings
 
 
-def start_broker(home: Path, settings: dict[str, str]) -> JavaServer:
+def start_broker(home: Path, settings: dict[str, str], cp: str | None = None) -> JavaServer:
     """Apache RocketMQ's broker with `settings` (see `broker_settings`); ready once it has
     said "boot success" and answers on its port. Starting again on the same settings reuses
-    its store (recovery after a crash or a clean stop)."""
+    its store (recovery after a crash or a clean stop). `cp`: another release's jars."""
     return _start(
         "org.apache.rocketmq.broker.BrokerStartup",
         home,
         settings,
         int(settings["listenPort"]),
         "boot success",
+        cp,
     )
 
 

@@ -12,6 +12,7 @@ from broker_runtime.broker.processors import (
     admin,
     client_config,
     consumer,
+    end_transaction,
     locks,
     pull,
     send,
@@ -32,11 +33,14 @@ def register_processors(ctl: BrokerController) -> None:
     b = send_back.SendBackProcessor(ctl)
     lk = locks.LockProcessor(ctl)
     cc = client_config.ClientConfigProcessor(ctl)
+    et = end_transaction.EndTransactionProcessor(ctl)
     for code, fn in (
         (C.SEND_MESSAGE, s.send),
+        (C.SEND_MESSAGE_V2, s.send),
         (C.SEND_BATCH_MESSAGE, s.send),
         (C.PULL_MESSAGE, p.pull),
         (C.CONSUMER_SEND_MSG_BACK, b.send_back),
+        (C.END_TRANSACTION, et.end),
         (C.LOCK_BATCH_MQ, lk.lock_batch),
         (C.UNLOCK_BATCH_MQ, lk.unlock_batch),
         (C.GET_ALL_DELAY_OFFSET, a.all_delay_offsets),
@@ -44,6 +48,8 @@ def register_processors(ctl: BrokerController) -> None:
         (C.CHECK_CLIENT_CONFIG, cc.check),
         (C.UNREGISTER_CLIENT, c.unregister_client),
         (C.GET_CONSUMER_LIST_BY_GROUP, c.consumer_list),
+        (C.GET_CONSUMER_CONNECTION_LIST, c.consumer_connections),
+        (C.QUERY_TOPIC_CONSUME_BY_WHO, c.consumed_by),
         (C.QUERY_CONSUMER_OFFSET, c.query_offset),
         (C.UPDATE_CONSUMER_OFFSET, c.update_offset),
         (C.GET_ALL_CONSUMER_OFFSET, c.all_offsets),

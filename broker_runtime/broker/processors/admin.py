@@ -6,12 +6,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker_runtime.broker.processors.consumer import R
-from broker_runtime.broker.queue_times import offset_by_time, store_time_at
+from broker_runtime.broker.stats import rocketmq_runtime_info
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
 from broker_runtime.broker.topic_config import TopicConfig
-from broker_runtime.common.delay import read_delay_offsets
+from broker_runtime.common.fastjson import dumps_queue_table
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR
+from broker_runtime.offsets.delay_offsets import read_delay_offsets
 from broker_runtime.remoting.bodies import decode_json, encode_json
 from broker_runtime.remoting.command import FLAG_ONEWAY, RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import Connection, RemotingError
@@ -19,6 +20,7 @@ from broker_runtime.remoting.headers import (
     CreateTopicRequestHeader,
     OffsetResponseHeader,
     QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
     ResetOffsetRequestHeader,
     TopicHeader,
     TopicQueueHeader,
@@ -91,10 +93,10 @@ class AdminProcessor:
                     "queueId": q,
                     "minOffset": store.min_offset(cfg.topic_name, q),
                     "maxOffset": hi,
-                    "lastUpdateTimestamp": store_time_at(store, cfg.topic_name, q, hi - 1),
+                    "lastUpdateTimestamp": store.store_time_at(cfg.topic_name, q, hi - 1),
                 }
             )
-        return response_to(cmd, R.SUCCESS, body=encode_json({"offsetTable": rows}))
+        return response_to(cmd, R.SUCCESS, body=dumps_queue_table(rows))
 
     async def consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Per queue: broker offset, the group's offset, time of its last consumed message."""
@@ -125,7 +127,7 @@ class AdminProcessor:
                     "queueId": q,
                     "brokerOffset": store.max_offset(topic, q),
                     "consumerOffset": consumer,
-                    "lastTimestamp": store_time_at(store, topic, q, consumer - 1),
+                    "lastTimestamp": store.store_time_at(topic, q, consumer - 1),
                 }
                 if q in access:  # the queue access lock's holder (queue_access_lock on)
                     row["accessLock"] = access[q]
@@ -138,9 +140,7 @@ class AdminProcessor:
                 R.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"group {group} has no offsets on {self.ctl.name}",
             )
-        return response_to(
-            cmd, R.SUCCESS, body=encode_json({"offsetTable": rows, "consumeTps": 0.0})
-        )
+        return response_to(cmd, R.SUCCESS, body=dumps_queue_table(rows, consumeTps=0.0))
 
     async def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Set a group's offsets to the first message at or after a time, tell its clients."""
@@ -153,7 +153,7 @@ class AdminProcessor:
         store = self.ctl.require_store()
         rows = []
         for q in range(cfg.read_queue_nums):
-            offset = offset_by_time(store, h.topic, q, h.timestamp)
+            offset = store.offset_by_time(h.topic, q, h.timestamp)
             self.ctl.offsets.commit(h.topic, h.group, q, offset)
             rows.append(
                 {
@@ -164,7 +164,7 @@ class AdminProcessor:
                 }
             )
         self.ctl.offsets.persist()
-        body = encode_json({"offsetTable": rows})
+        body = dumps_queue_table(rows, scalar=True)  # ResetOffsetBody
         for client in self.ctl.consumers.connections(h.group):
             assert isinstance(client, Connection)
             note = request(
@@ -181,21 +181,24 @@ class AdminProcessor:
         return response_to(cmd, R.SUCCESS, body=body)
 
     async def runtime_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        """GET_BROKER_RUNTIME_INFO: a KVTable of strings, as RocketMQ's."""
+        """GET_BROKER_RUNTIME_INFO: a KVTable of strings, RocketMQ's keys and this broker's."""
         ctl = self.ctl
         store = ctl.require_store()
         table: dict[str, Any] = {
+            **rocketmq_runtime_info(ctl),
             "brokerName": ctl.config.broker_name,
             "brokerId": ctl.config.broker_id,
             "brokerRole": ctl.role.value,
             "flushDiskType": ctl.config.store.flush.value,
-            "commitLogMinOffset": store.commit_log.min_offset,
-            "commitLogMaxOffset": store.commit_log.max_offset,
+            "commitLogMinOffset": store.log_min_offset,
+            "commitLogMaxOffset": store.log_max_offset,
             "dispatchedOffset": store.dispatcher.dispatched_offset,
             "pullsHeld": ctl.hold.waiting if ctl.hold else 0,
             "consumerGroups": len(ctl.consumers.groups),
             "queueAccessLock": ctl.access is not None,
         }
+        if ctl.damaged.met:
+            table["damagedUnits"] = encode_json(ctl.damaged.status()).decode()
         if ctl.schedule is not None:
             table["scheduleDelivered"] = ctl.schedule.delivered
             table["scheduleSkipped"] = ctl.schedule.skipped
@@ -243,14 +246,14 @@ class QueryProcessor:
             return response_to(cmd, R.SYSTEM_ERROR, "timestamp is required")
         store = self.ctl.require_store()
         return self._offset(
-            cmd, offset_by_time(store, validate_topic(h.topic), h.queue_id, h.timestamp)
+            cmd, store.offset_by_time(validate_topic(h.topic), h.queue_id, h.timestamp)
         )
 
     async def earliest_time(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         h = TopicQueueHeader.decode(cmd)
         store = self.ctl.require_store()
         topic = validate_topic(h.topic)
-        ts = store_time_at(store, topic, h.queue_id, store.min_offset(topic, h.queue_id))
+        ts = store.store_time_at(topic, h.queue_id, store.min_offset(topic, h.queue_id))
         return response_to(cmd, R.SUCCESS, fields={"timestamp": ts})
 
     async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -258,7 +261,7 @@ class QueryProcessor:
         offset = ViewMessageRequestHeader.decode(cmd).offset
         store = self.ctl.require_store()
         m = store.message_at(offset)
-        raw = store.commit_log.read(offset, m.total_size) if m is not None else None
+        raw = store.unit_at(offset, m.total_size) if m is not None else None
         if raw is None:
             return response_to(cmd, R.SYSTEM_ERROR, f"no message at CommitLog offset {offset}")
         return response_to(cmd, R.SUCCESS, body=raw)
@@ -270,8 +273,12 @@ class QueryProcessor:
         found = store.query_by_key(
             validate_topic(h.topic), h.key, max(1, h.max_num), h.begin_timestamp, h.end_timestamp
         )
-        units = [store.commit_log.read(m.phys_offset, m.total_size) for m in found]
+        units = [store.unit_at(m.phys_offset, m.total_size) for m in found]
         body = b"".join(u for u in units if u is not None)
         if not body:
             return response_to(cmd, R.QUERY_NOT_FOUND, f"no message with key {h.key} in {h.topic}")
-        return response_to(cmd, R.SUCCESS, body=body)
+        last = store.index.files[-1] if store.index is not None and store.index.files else None
+        out = QueryMessageResponseHeader(
+            last.end_timestamp if last else 0, last.end_phy_offset if last else 0
+        )
+        return response_to(cmd, R.SUCCESS, fields=out.fields(), body=body)

@@ -22,7 +22,7 @@ from broker_runtime.remoting.bodies import MASTER_ID
 from broker_runtime.remoting.command import RemotingCommand, response_to
 from broker_runtime.remoting.connection import Connection
 from broker_runtime.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from broker_runtime.remoting.protocol import FLAG_SUBSCRIPTION, ResponseCode
+from broker_runtime.remoting.protocol import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, ResponseCode
 from broker_runtime.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 R = ResponseCode
 _HOLDABLE = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_MSG)
+DAMAGED_RECHECK_S = 1.0  # a pull held at a damaged unit looks for an operator's skip this often
 
 
 def response_code(result: GetResult, request_offset: int) -> int:
@@ -40,7 +41,7 @@ def response_code(result: GetResult, request_offset: int) -> int:
         return R.PULL_RETRY_IMMEDIATELY
     if s is GetStatus.NO_MESSAGE_IN_QUEUE:
         return R.PULL_OFFSET_MOVED if request_offset != 0 else R.PULL_NOT_FOUND
-    if s is GetStatus.OFFSET_OVERFLOW_ONE:
+    if s in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.DAMAGED_UNIT):
         return R.PULL_NOT_FOUND
     return R.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
 
@@ -96,7 +97,8 @@ class PullProcessor:
             )
         if h.max_msg_nums <= 0:
             return response_to(cmd, R.SYSTEM_ERROR, f"maxMsgNums {h.max_msg_nums} must be positive")
-        if ctl.is_master and h.commit_offset >= 0:
+        if ctl.is_master and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            # Only with the flag (a broadcasting Java consumer sends commitOffset=0 without it).
             # On arrival, as RocketMQ (only the first, suspendable pass stores it): committed
             # after a long hold it would overwrite a newer UPDATE_CONSUMER_OFFSET.
             ctl.offsets.commit(h.topic, h.consumer_group, h.queue_id, h.commit_offset)
@@ -173,8 +175,12 @@ class PullProcessor:
                 max_bytes=cfg.max_pull_bytes,
                 correct_offset=ctl.is_master,
                 slave_lag_bytes=cfg.suggest_slave_lag_bytes,
+                damaged=ctl.damaged,
             )
             left = deadline - loop.time()
+            if result.status is GetStatus.DAMAGED_UNIT and left > 0 and not conn.closed:
+                await asyncio.sleep(min(left, DAMAGED_RECHECK_S))  # held: no busy re-pulls
+                continue
             if result.status not in _HOLDABLE or left <= 0 or ctl.hold is None or conn.closed:
                 break
             if result.status is GetStatus.NO_MATCHED_MSG:
@@ -205,6 +211,8 @@ class PullProcessor:
             suggest_which_broker_id=suggest,
         )
         delivered = result.next_begin_offset if body else None
+        if body:
+            ctl.stats.on_got(len(result.units))
         return response_to(cmd, code, None, fields=out.fields(), body=body), delivered
 
 

@@ -1,4 +1,4 @@
-"""SEND_MESSAGE and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor)."""
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,15 @@ import random
 from typing import TYPE_CHECKING
 
 from broker_runtime.broker.processors.send_back import ensure_retry_topic, route_retry_send
-from broker_runtime.common.delay import DelayLevelError
-from broker_runtime.common.message import Message, offset_msg_id, string_to_properties
+from broker_runtime.broker.transactions import half_message, is_half_send
+from broker_runtime.common.delay import DelayLevelError, delay_level_of
+from broker_runtime.common.message import (
+    CLUSTER,
+    WAIT,
+    Message,
+    offset_msg_id,
+    string_to_properties,
+)
 from broker_runtime.common.topics import (
     SCHEDULE_TOPIC,
     group_of,
@@ -33,6 +40,13 @@ def peer_host(conn: Connection) -> tuple[str, int]:
     return addr if addr is not None and addr[0].count(".") == 3 else ("127.0.0.1", 0)
 
 
+def _delayed(props: dict[str, str]) -> bool:
+    try:
+        return delay_level_of(props) > 0
+    except DelayLevelError:
+        return False  # the put refuses it
+
+
 class SendProcessor:
     MAX_KNOWN_NAMES = 10_000  # a client making up names must not grow the cache for ever
 
@@ -42,6 +56,7 @@ class SendProcessor:
         self._groups: set[str] = set()
         # offset_msg_id's first half (the store host) is the same for every message here.
         self._host_hex = offset_msg_id(ctl.config.store.store_host, 0)[:16]
+        self._cluster = ctl.config.cluster_name
 
     def _check_names(self, topic: str, group: str) -> None:
         for name, known, validate in (
@@ -56,7 +71,7 @@ class SendProcessor:
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctl = self.ctl
-        h = SendMessageRequestHeader.decode(cmd)
+        h = SendMessageRequestHeader.of(cmd)
         if not ctl.is_master:
             return response_to(
                 cmd,
@@ -76,7 +91,7 @@ class SendProcessor:
             group = ctl.groups.find(validate_group(retry_group))
             if group is not None:  # a retry topic has the group's retryQueueNums queues
                 ensure_retry_topic(ctl, group)
-        cfg = ctl.topic_for_send(h.topic)
+        cfg = ctl.topic_for_send(h.topic, h.default_topic_queue_nums)
         if cfg is None:
             return response_to(
                 cmd,
@@ -94,12 +109,28 @@ class SendProcessor:
                 f"{cfg.write_queue_nums} write queues",
             )
         born_host = peer_host(conn)
+        # As RocketMQ stores them: every message names its cluster; a single message's WAIT is
+        # dropped unless it is delayed or a transaction's half message (CommitLog, and the
+        # half's parsing, rewrite their properties from the map that still has it), a batch's
+        # own properties (WAIT among them) are appended to each message's.
+        stamp = string_to_properties(h.properties)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            items = decode_batch(cmd.body)
+            limit = ctl.config.store.max_message_size
+            if len(cmd.body) > limit:  # as RocketMQ's store checks a batch: whole, not each
+                return response_to(
+                    cmd,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"the batch is {len(cmd.body)} bytes, maxMessageSize is {limit}",
+                )
+            stamp[CLUSTER] = self._cluster
+            items = [(body, props | stamp, flag) for body, props, flag in decode_batch(cmd.body)]
             if not items:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         else:
-            items = [(cmd.body, string_to_properties(h.properties), h.flag)]
+            if not _delayed(stamp) and not is_half_send(stamp):
+                stamp.pop(WAIT, None)
+            stamp[CLUSTER] = self._cluster
+            items = [(cmd.body, stamp, h.flag)]
         msgs = [
             Message(
                 topic=h.topic,
@@ -114,6 +145,8 @@ class SendProcessor:
             )
             for body, props, flag in items
         ]
+        if len(msgs) == 1 and is_half_send(msgs[0].properties) and not h.reconsume_times:
+            msgs = [half_message(msgs[0])]  # parked until its transaction ends
         if retry_group:
             refused = route_retry_send(ctl, cmd, h, msgs)
             if refused is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.common.findings import DELIVERED_TWICE
 from broker_runtime.workload.harness import ConsumerProc, Harness, Position, Sent, WorkloadError
 from broker_runtime.workload.journal import Delivery
 from broker_runtime.workload.plan import ScenarioPlan
@@ -124,7 +125,7 @@ def delivery_stats(procs: Sequence[ConsumerProc], findings: Sequence[Finding]) -
     return {
         "deliveries": len(ds),
         "duplicate_deliveries": sum(
-            f["count"] - 1 for f in findings if f["kind"] == "delivered_twice"
+            f["count"] - 1 for f in findings if f["kind"] == DELIVERED_TWICE
         ),
         "duplicate_effects": sum(1 for n in consumed.values() if n > 1),
         "consumers": {p.name: len(p.state.deliveries) for p in procs},

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.common.findings import DEAD_LETTERED
 from broker_runtime.common.topics import dlq_topic
 from broker_runtime.workload.harness import WorkloadError
 from broker_runtime.workload.scenarios.common import (
@@ -16,7 +17,7 @@ from broker_runtime.workload.scenarios.common import (
     delivery_stats,
     group_findings,
 )
-from broker_runtime.workload.truth import DEAD_LETTERED, finding, stored_twice_findings
+from broker_runtime.workload.truth import finding, stored_twice_findings
 
 
 async def producer_resend(c: Ctx) -> dict[str, Any]:

@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.findings import LOST_AFTER_ACK
 from broker_runtime.common.message import UNIQ_KEY, decode_offset_msg_id
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.workload.harness import Harness, WorkloadError
 from broker_runtime.workload.power_loss import checkpoint_flushed, cut_commitlog, last_fsync
 from broker_runtime.workload.scenarios.common import Ctx
-from broker_runtime.workload.truth import LOST_AFTER_ACK, finding
+from broker_runtime.workload.truth import finding
 
 MASTER, SLAVE = "broker-a-master", "broker-a-slave"
 # ASYNC_FLUSH: the flush and the checkpoint run together (same interval), so the checkpoint
@@ -42,15 +43,11 @@ ASYNC_SETTINGS = {
 
 def stored_keys(store_dir: Path, topic: str) -> set[str]:
     """UNIQ_KEYs of `topic`'s messages in a store's commitlog (read from its files)."""
-    log = inspect.open_log(store_dir)
     out = set()
-    try:
-        for _phys, view, pos in inspect.units(log):
-            m = codec.decode(view, pos)
-            if m.topic == topic and UNIQ_KEY in m.properties:
-                out.add(m.properties[UNIQ_KEY])
-    finally:
-        log.close()
+    for _phys, view, pos in inspection.units(store_dir):
+        m = codec.decode(view, pos)
+        if m.topic == topic and UNIQ_KEY in m.properties:
+            out.add(m.properties[UNIQ_KEY])
     return out
 
 

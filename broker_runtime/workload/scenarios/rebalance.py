@@ -1,5 +1,5 @@
-"""Two consumers owning one queue: from disagreeing route views (seed 000), and during a
-rebalance with the queue access lock off and on (seed 001)."""
+"""Two consumers owning one queue: from disagreeing route views, and during a
+rebalance with the queue access lock off and on."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ async def namesrv_split(c: Ctx) -> dict[str, Any]:
         "queues_owned_twice": [list(q) for q in both],
     }
     return c.result(
-        "Name server disagreement (seed 000): consumer c2 took the topic's route while only "
+        "Name server disagreement: consumer c2 took the topic's route while only "
         f"{first} served it and rebalances from that view (4 queues); c1 has the full view "
         f"({first} and {second}, 8 queues). Allocating AVG over different queue lists, both "
         "take the same queues and both consume what arrives there, until c2 leaves.",
@@ -130,7 +130,7 @@ async def rebalance(c: Ctx, lock: bool) -> dict[str, Any]:
         "listener_delay_ms": round(delay_ms, 2),
     }
     return c.result(
-        f"Rebalance with the queue access lock {state} (seed 001). Consumer a has pulled the "
+        f"Rebalance with the queue access lock {state}. Consumer a has pulled the "
         "topic's first messages and works through them slowly; b joins and takes half the "
         "queues, then the rest of the messages are sent. Both consumers finish and ack what "
         "they pulled of a queue they give up (as DeFiBus clients do). "

@@ -1,5 +1,5 @@
-"""Redelivery after a consumer dies: holding an unacked message (seed 002 2.3), or after
-its acks were lost on the way (seed 004). Both on the main cluster."""
+"""Redelivery after a consumer dies: holding an unacked message, or after
+its acks were lost on the way. Both on the main cluster."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ SETTLE_S = 1.5  # a few persist intervals: every commit sent has arrived
 
 
 async def _offsets_reach(c: Ctx, group: str, want: dict[QueueKey, int]) -> None:
-    """Until the group's committed offsets on the broker are at least `want`."""
+    """Until the group's committed offsets on the broker are at least `want`. A queue with
+    no committed offset (-1) counts as 0: the group starts it from the beginning, and a
+    consumer commits 0 only by persisting (it never rides on a pull, as in RocketMQ)."""
     deadline = asyncio.get_running_loop().time() + 30
     while True:
         got = await committed(c.namesrv, group, c.topic)
-        if all(got.get(q, -1) >= off for q, off in want.items()):
+        if all(max(got.get(q, -1), 0) >= off for q, off in want.items()):
             return
         if asyncio.get_running_loop().time() > deadline:
             raise WorkloadError(f"{c.name}: committed offsets {got} never reached {want}")
@@ -72,8 +74,8 @@ async def consumer_crash_unacked(c: Ctx) -> dict[str, Any]:
         "held_queue_offset": held_off,
     }
     return c.result(
-        "A consumer is killed with SIGKILL while it holds the lowest unacked offset of a queue "
-        "(seed 002 2.3): it finished the messages after it, but the queue's offset could not "
+        "A consumer is killed with SIGKILL while it holds the lowest unacked offset of a queue: "
+        "it finished the messages after it, but the queue's offset could not "
         "pass the held one. The next consumer starts from there: the held message is "
         "redelivered after the restart, the ones after it were consumed and are delivered "
         "again (their offset was never committed).",
@@ -125,6 +127,6 @@ async def ack_lost(c: Ctx) -> dict[str, Any]:
         "A consumer processes every message, but its acks (offset commits) of one queue past "
         "an offset never reach the broker; then it dies (SIGKILL). The next consumer resumes "
         "that queue from the last ack that arrived: messages already consumed are delivered "
-        "again (seed 004, ack lost after processing).",
+        "again (ack lost after processing).",
         [group], injected, findings, delivery_stats([a, b], findings),
     )  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import StoredMessage
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.message_store import MessageStore
 
 SEG = 64 * 1024  # small_config's segment size
@@ -42,8 +42,8 @@ def recovered(config: StoreConfig) -> Iterator[MessageStore]:
     assert_consistent(config)
 
 
-def assert_consistent(config: StoreConfig) -> inspect.VerifyReport:
-    report = inspect.verify(Path(config.store_dir))
+def assert_consistent(config: StoreConfig) -> inspection.VerifyReport:
+    report = inspection.verify(Path(config.store_dir))
     assert report.consistent, report.as_dict()
     return report
 

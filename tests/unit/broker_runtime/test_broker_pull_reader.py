@@ -10,7 +10,6 @@ import pytest
 from broker_runtime.broker.long_polling import PullHoldService
 from broker_runtime.broker.message_filter import parse_subscription
 from broker_runtime.broker.pull_reader import GetStatus, read_queue
-from broker_runtime.broker.queue_times import offset_by_time, store_time_at
 from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import TAGS, Message
@@ -68,12 +67,12 @@ def test_tag_filter_and_byte_limit(store: MessageStore) -> None:
 
 
 def test_times(store: MessageStore) -> None:
-    t0 = store_time_at(store, "T", 1, 0)
-    assert store_time_at(store, "T", 1, 4) == t0 + 4000
-    assert store_time_at(store, "T", 1, 5) == 0
-    assert offset_by_time(store, "T", 1, 0) == 0
-    assert offset_by_time(store, "T", 1, t0 + 2500) == 3
-    assert offset_by_time(store, "T", 1, t0 + 10**6) == 5
+    t0 = store.store_time_at("T", 1, 0)
+    assert store.store_time_at("T", 1, 4) == t0 + 4000
+    assert store.store_time_at("T", 1, 5) == 0
+    assert store.offset_by_time("T", 1, 0) == 0
+    assert store.offset_by_time("T", 1, t0 + 2500) == 3
+    assert store.offset_by_time("T", 1, t0 + 10**6) == 5
 
 
 def test_hold_wakes_on_dispatch_and_times_out(store: MessageStore) -> None:

@@ -14,7 +14,7 @@ import pytest
 from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import Message
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.commit_log import PutResult
 from broker_runtime.store.message_store import MessageStore, StoreUnavailable
 
@@ -246,7 +246,7 @@ def test_consume_queue_min_offsets_move_past_deleted_data(
     assert log_min == SEG
     assert report.consume_queue_files_deleted == 0  # ~16 entries a queue: inside the first file
     assert_queues_start_at_survivors(store, results, log_min)
-    assert inspect.verify(cfg.store_dir).consistent
+    assert inspection.verify(cfg.store_dir).consistent
     # Deleted messages are gone from the id and key lookups too.
     gone_m, gone = results[0]
     assert store.message_at(gone.phys_offset) is None
@@ -290,7 +290,7 @@ def test_cleanup_state_survives_a_restart_and_a_rebuild(
         for (t, q), kept in survivors(results, log_min).items():
             nxt = kept[-1][1].queue_offset + 1
             assert s.put_message(Message(t, b"new", queue_id=q)).queue_offset == nxt
-    assert inspect.verify(cfg.store_dir).consistent
+    assert inspection.verify(cfg.store_dir).consistent
 
 
 def test_index_files_covering_only_deleted_data_are_removed(

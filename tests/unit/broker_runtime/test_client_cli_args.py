@@ -8,20 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from broker_runtime.cli.client_args import (
-    Progress,
-    format_ms,
-    namesrv_of_data_dir,
-    parse_time_ms,
-    print_table,
-)
+from broker_runtime.cli.client_args import print_table
 from broker_runtime.cli.produce_cmd import body_of
 from broker_runtime.client.config import ClientConfig, parse_namesrv
+from broker_runtime.client.consumer_options import ConsumerOptions
 from broker_runtime.client.model import ConsumeFromWhere
 from broker_runtime.client.offset_store import NO_OFFSET, ReadType
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
-from broker_runtime.cluster.layout import ClusterLayout, NodeSpec
+from broker_runtime.cluster.layout import ClusterLayout, NodeSpec, namesrv_of_data_dir
+from broker_runtime.common.clock import format_ms, parse_time_ms
+from broker_runtime.common.progress import counter, reporter, show_progress
 
 
 def test_namesrv_of_data_dir_reads_cluster_json(tmp_path: Path) -> None:
@@ -64,14 +61,35 @@ def test_print_table_aligns_columns(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.splitlines() == ["#A    #Long header", "x     1", "yyyy  22"]
 
 
-def test_progress_writes_lines_when_not_a_terminal() -> None:
+def test_a_counter_writes_lines_when_not_a_terminal() -> None:
     out = io.StringIO()
-    p = Progress(out, every_s=3600)
-    p.update("first", force=True)
-    p.update("skipped")  # within the interval
-    p.done("last")
+    with counter("sent", 10, out) as count:
+        count.update(1, "first")
+        count.update(2, "skipped")  # within the interval
+        count.update(10, "last")
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and lines[0].endswith("first") and lines[1].endswith("last")
+    assert len(lines) == 2
+    assert lines[0].endswith("sent 1/10 first") and lines[1].endswith("sent 10/10 last")
+
+
+def test_a_counter_draws_a_progress_display_on_a_terminal() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    with counter("consumed", None, out) as count:
+        count.update(7, "unique 7")
+    assert "consumed" in out.getvalue() and "unique 7" in out.getvalue()
+
+
+def test_progress_records_show_on_stderr_as_step_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    show_progress()
+    reporter("ingest")("2 broker store dir(s)")
+    reporter("audit", enabled=False)("not shown")
+    assert capsys.readouterr().err == "ingest: 2 broker store dir(s)\n"
 
 
 MQ = MessageQueue("T", "broker-a", 0)
@@ -91,8 +109,12 @@ MQ = MessageQueue("T", "broker-a", 0)
 def test_where_a_queue_without_offset_starts(
     where: ConsumeFromWhere, stored: int, topic: str, expected: int
 ) -> None:
-    consumer = PushConsumer("127.0.0.1:1", "g", lambda m, c: None, consume_from=where,
-                            consume_timestamp_ms=5)  # fmt: skip
+    consumer = PushConsumer(
+        "127.0.0.1:1",
+        "g",
+        lambda m, c: None,
+        options=ConsumerOptions(consume_from=where, consume_timestamp_ms=5),
+    )
     searched: list[int] = []
 
     async def read(mq: MessageQueue, how: ReadType) -> int:

@@ -42,7 +42,7 @@ class ScriptedBroker:
     server: RemotingServer | None = None
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        h = SendMessageRequestHeader.decode(cmd)
+        h = SendMessageRequestHeader.of(cmd)
         if self.answer not in (R.SUCCESS, R.SLAVE_NOT_AVAILABLE):
             return response_to(cmd, self.answer, "scripted failure")
         items = (

@@ -45,6 +45,17 @@ def test_uniq_id_layout_matches_message_client_id_setter() -> None:
     assert uniq_id_time_ms(uid, T0 + 5000) == T0
 
 
+def test_a_uniq_key_made_on_an_ipv6_host_is_read_as_java_reads_it() -> None:
+    # Made by Apache RocketMQ 4.9.7's DefaultMQProducer on this machine (UtilAll.getIP()
+    # found an IPv6 address): 28 bytes, the address 16 of them.
+    uid = "FD000000000000000000000000000002687B5FFD2B278339008D0000"
+    assert uniq_id_ip(uid) == "fd00::2" and uniq_id_pid(uid) == 0x687B
+    march, late_march = (calendar.timegm((2026, 3, d, 0, 0, 0)) * 1000 for d in (1, 28))
+    assert uniq_id_time_ms(uid, late_march) == march + 0x8339008D  # ms since month start
+    with pytest.raises(ValueError, match="32 hex digits"):
+        uniq_id_ip(uid[:-2])
+
+
 def test_uniq_ids_are_unique_and_the_counter_wraps_as_a_short() -> None:
     gen = UniqIdGenerator(now_ms=lambda: T0)
     ids = [gen.create() for _ in range(65_537)]

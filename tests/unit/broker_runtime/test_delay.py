@@ -12,16 +12,18 @@ from broker_runtime.common.delay import (
     DelayLevelError,
     DelayLevels,
     delay_level_of,
-    delay_offset_path,
     from_schedule,
     level_of_queue_id,
     queue_id_of_level,
-    read_delay_offsets,
     to_schedule,
-    write_delay_offsets,
 )
 from broker_runtime.common.message import DELAY, REAL_QUEUE_ID, REAL_TOPIC, UNIQ_KEY, Message
 from broker_runtime.common.topics import SCHEDULE_TOPIC
+from broker_runtime.offsets.delay_offsets import (
+    delay_offset_path,
+    read_delay_offsets,
+    write_delay_offsets,
+)
 from broker_runtime.offsets.json_file import CorruptStateError
 from broker_runtime.store.message_store import MessageStore
 

@@ -8,8 +8,10 @@ import random
 
 import pytest
 
+from broker_runtime.broker.message_filter import parse_subscription
+from broker_runtime.broker.pull_reader import read_queue
 from broker_runtime.common.config import StoreConfig
-from broker_runtime.common.message import KEYS, Message
+from broker_runtime.common.message import KEYS, TAGS, Message
 from broker_runtime.ha.protocol import (
     HAProtocolError,
     decode_report,
@@ -17,8 +19,9 @@ from broker_runtime.ha.protocol import (
     encode_report,
     encode_transfer,
 )
+from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
-from broker_runtime.store.replica import ReplicaError, ReplicaWriter, read_log
+from broker_runtime.store.replica import ReplicaError, ReplicaWriter
 
 
 def test_frames() -> None:
@@ -43,7 +46,7 @@ def test_slave_copy_equals_master(small_config: StoreConfig) -> None:
         writer = ReplicaWriter(slave)
         offset = 0
         while offset < master.commit_log.max_offset:
-            chunk = read_log(master, offset, rng.randrange(1, 5000))
+            chunk = master.read_log(offset, rng.randrange(1, 5000))
             assert chunk is not None
             assert writer.append(offset, chunk) == offset + len(chunk)
             offset += len(chunk)
@@ -67,3 +70,44 @@ def test_slave_copy_equals_master(small_config: StoreConfig) -> None:
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_slave_queues_carry_the_masters_tag_codes_and_serve_pulls_by_tag(
+    small_config: StoreConfig,
+) -> None:
+    """The slave builds its ConsumeQueues from the replicated bytes (record_codec's dispatch
+    request): every entry, tag code included, is the master's, and a pull by tag from the
+    slave returns exactly the messages with that tag (tags and keys differ on purpose)."""
+    master = MessageStore(small_config)
+    slave = MessageStore(dataclasses.replace(small_config, store_dir=small_config.store_dir / "s"))
+    try:
+        for i in range(300):
+            props = {TAGS: f"tag{i % 3}", KEYS: f"k{i}"}
+            master.put_message(Message("T", f"m{i}".encode() * 30, props, queue_id=i % 2))
+        replicate(master, slave)
+        master.wait_dispatched()
+        slave.wait_dispatched()
+        for key, cq in master.queues().items():
+            assert slave.queues()[key].entries(0, 1000) == cq.entries(0, 1000), key
+        flt = parse_subscription("tag1")
+        for qid in (0, 1):
+            r = read_queue(
+                slave, "T", qid, 0, 32, flt,
+                max_bytes=1 << 20, correct_offset=False, slave_lag_bytes=1 << 30,
+            )  # fmt: skip
+            got = [codec.decode(u) for u in r.units]
+            want = [i for i in range(300) if i % 2 == qid and i % 3 == 1][: len(got)]
+            assert len(got) >= 20
+            assert [m.body for m in got] == [f"m{i}".encode() * 30 for i in want]
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def replicate(master: MessageStore, slave: MessageStore) -> None:
+    writer = ReplicaWriter(slave)
+    offset = 0
+    while offset < master.commit_log.max_offset:
+        chunk = master.read_log(offset, 7000)
+        assert chunk is not None
+        offset = writer.append(offset, chunk)

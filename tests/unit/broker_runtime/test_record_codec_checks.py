@@ -15,6 +15,7 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
 from broker_runtime.store.record_codec import MessageRejected, RecordError
 from tests.unit.broker_runtime.record_codec_helpers import encode_at, full_message
+from tests.unit.pipeline.stores import unit as unit_bytes
 
 # -- check_unit ---------------------------------------------------------------------------------
 
@@ -33,6 +34,8 @@ def reason(buf: bytes | bytearray, pos: int = 0, limit: int | None = None, **kw:
 def test_check_unit_valid_returns_size() -> None:
     unit = valid_unit()
     assert codec.check_unit(unit, 0, len(unit)) == len(unit)
+    smallest = unit_bytes(b"", topic=b"", body=b"")  # no body, topic or properties: 91 bytes
+    assert codec.check_unit(smallest, 0, len(smallest)) == codec.HEADER_SIZE + 3
     assert codec.check_unit(bytes(unit) + bytes(100), 0, len(unit) + 100) == len(unit)
 
 
@@ -50,6 +53,13 @@ def test_check_unit_torn_when_totalsize_runs_past_the_limit() -> None:
     assert reason(bytes(unit[:100])) == "torn"  # a write cut short at the end of the data
     at = bytes(20) + bytes(unit[:-3])
     assert reason(at, pos=20) == "torn"
+    # The smallest possible unit, cut: torn too (not bad_size).
+    smallest = struct.pack(">ii", codec.HEADER_SIZE + 3, codec.MESSAGE_MAGIC) + bytes(40)
+    assert reason(smallest) == "torn"
+    for total in (codec.HEADER_SIZE, codec.HEADER_SIZE + 2):  # below the smallest unit
+        head = struct.pack(">ii", total, codec.MESSAGE_MAGIC)
+        assert reason(head + bytes(40)) == "bad_size"  # cut short, and
+        assert reason(head + bytes(total)) == "bad_size"  # with room for it
 
 
 def test_check_unit_bad_crc_when_a_body_byte_flips() -> None:

@@ -86,7 +86,7 @@ def test_decode_round_trips_every_field() -> None:
     assert codec.check_unit(raw, 0, len(raw)) == len(raw)
     assert_decoded_equals(codec.decode(raw), msg, 9, 123_456, 1_700_000_000_001)
     # At a position inside a bigger buffer, as the log holds it.
-    buf = bytes(37) + raw + bytes(50)
+    buf = bytes(37) + raw + b"\xff" * 50  # bytes after it are not its properties
     assert codec.check_unit(buf, 37, len(buf)) == len(raw)
     assert_decoded_equals(codec.decode(buf, 37), msg, 9, 123_456, 1_700_000_000_001)
 

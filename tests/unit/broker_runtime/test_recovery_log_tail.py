@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.common.config import StoreConfig
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.mapped_file import segment_name
 from tests.unit.broker_runtime.recovery_helpers import (
@@ -128,7 +128,7 @@ def test_bad_crc_before_the_checkpoint_is_never_read_as_valid(small_config: Stor
     assert bad.phys_offset < SEG <= results[-1].phys_offset - SEG
     flip_bits(small_config, bad.phys_offset + codec.HEADER_SIZE + 3, 0x01)
 
-    report = inspect.verify(Path(small_config.store_dir))
+    report = inspection.verify(Path(small_config.store_dir))
     assert report.bad_crcs == 1
     assert report.consistent is False
     assert report.messages == n  # the scan of `verify` goes on past a bad CRC
@@ -180,7 +180,7 @@ def test_garbage_after_the_last_message_never_yields_a_message(
         assert store.message_at(end + gap) is None
         assert_intact(store, results, n)
         assert_new_put_lands_at(store, n, end, results[-2].queue_offset + 1)
-    assert sum(1 for _ in inspect.dump(Path(small_config.store_dir))) == n + 1
+    assert sum(1 for _ in inspection.dump(Path(small_config.store_dir))) == n + 1
     assert_consistent(small_config)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
+from broker_runtime.common import aio
 from broker_runtime.remoting.client import RemotingClient, split_addr
 from broker_runtime.remoting.command import RemotingCommand, request, response_to
 from broker_runtime.remoting.connection import (
@@ -221,3 +224,75 @@ def test_bad_address() -> None:
     with pytest.raises(ValueError, match="not host:port"):
         split_addr("localhost")
     assert RequestCode.SEND_MESSAGE == 10
+
+
+def test_nearly_spent_timeouts_time_out_on_uvloop() -> None:
+    """uvloop's call_at gives a plain Handle (no `when`) for a deadline under half a
+    millisecond away: the next request must still arm its sweep, and each times out."""
+
+    async def main() -> None:
+        table = ProcessorTable({SLOW: slow})
+        server = RemotingServer(table)
+        port = await server.start()
+        client = RemotingClient()
+        try:
+            addr = f"127.0.0.1:{port}"
+            assert (await client.invoke(addr, request(SLOW, {"sleep": 0}), 5)).code == 0
+            calls = [client.invoke(addr, request(SLOW, {"sleep": 1}), 1e-5) for _ in range(3)]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert [type(r) for r in results] == [RemotingTimeoutError] * 3, results
+        finally:
+            await client.close()
+            await server.close()
+
+    aio.run(main())
+
+
+async def _half_frame(host: str, port: int, size: int) -> tuple[asyncio.StreamReader, Any]:
+    """A connection that announced a `size`-byte frame and sent all of it but one byte."""
+    reader, writer = await asyncio.open_connection(host, port)
+    header = b'{"code":1000,"opaque":1}'
+    writer.write(struct.pack(">ii", 4 + len(header) + size, len(header)) + header)
+    writer.write(b"x" * (size - 1))
+    await writer.drain()
+    return reader, writer
+
+
+def test_half_frames_are_bounded_in_bytes_and_in_idle_time() -> None:
+    """Connections holding unfinished frames: past the server's buffer budget the stalest are
+    closed at once (not a client streaming a large frame now), and a half-frame left idle
+    is closed after the idle limit; a client sending whole frames is served throughout."""
+
+    async def main() -> None:
+        server = RemotingServer(
+            ProcessorTable({ECHO: echo}),
+            max_frame=2 << 20,
+            max_buffered_bytes=3 << 20,
+            half_frame_idle_s=1.0,
+        )
+        port = await server.start()
+        good = RemotingClient()
+        addr = f"127.0.0.1:{port}"
+        try:
+            held = [await _half_frame("127.0.0.1", port, 1 << 20) for _ in range(5)]
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+
+            async def closed_after(reader: asyncio.StreamReader) -> float:
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+                return loop.time() - start
+
+            big = request(ECHO, body=b"b" * (3 << 19))  # streamed past the budget: stale go
+            assert (await good.invoke(addr, big, 5)).body == big.body
+            closed_at = await asyncio.gather(*(closed_after(r) for r, _ in held))
+            assert sum(1 for t in closed_at if t < 0.5) >= 4, closed_at  # over the budget
+            assert max(closed_at) >= 0.9, closed_at  # the rest: idle for the limit
+            assert sum(c.buffered for c in server.connections) == 0
+            assert (await good.invoke(addr, request(ECHO), 5)).code == 0
+            for _, writer in held:
+                writer.close()
+        finally:
+            await good.close()
+            await server.close()
+
+    aio.run(main())

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker_runtime.remoting.bodies import BodyError, decode_json
 from broker_runtime.remoting.command import (
     FLAG_RESPONSE,
     HeaderError,
@@ -18,6 +19,7 @@ from broker_runtime.remoting.command import (
 )
 from broker_runtime.remoting.framing import FrameDecoder, FrameError, encode
 from broker_runtime.remoting.protocol import RequestCode, ResponseCode, code_name
+from tests.fuzz import targets
 
 field_text = st.text(min_size=0, max_size=20)
 
@@ -142,8 +144,42 @@ def test_missing_and_bad_fields_are_named() -> None:
 
 
 @given(st.binary(max_size=200))
-def test_random_bytes_never_escape_as_other_errors(data: bytes) -> None:
-    try:
-        FrameDecoder(max_frame=1 << 16).feed(data)
-    except FrameError:
-        pass
+def test_random_bytes_are_a_clean_error_or_frames_that_re_encode(data: bytes) -> None:
+    targets.frame(data)  # the outcome it asserts: see tests/fuzz/targets.py
+
+
+@given(
+    code=st.integers(-(2**31), 2**31 - 1),
+    fields=st.dictionaries(st.text(min_size=1, max_size=10), field_text, max_size=5),
+    body=st.binary(max_size=100),
+    cut=st.integers(0, 400),
+    flip=st.integers(0, 400),
+)
+def test_frames_cut_or_flipped_are_a_clean_error_or_frames_that_re_encode(
+    code: int, fields: dict[str, str], body: bytes, cut: int, flip: int
+) -> None:
+    raw = bytearray(encode(RemotingCommand(code=code, opaque=3, ext_fields=fields, body=body)) * 2)
+    targets.frame(bytes(raw))
+    if flip < len(raw):
+        raw[flip] ^= 0x41
+    targets.frame(bytes(raw[: len(raw) - cut]))
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_deeply_nested_header_is_a_clean_frame_error(opener: str) -> None:
+    """50,000 nested `[` once raised RecursionError out of the decoder (a transport crash)."""
+    header = (opener * 50_000).encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with pytest.raises(FrameError, match="nest"):
+        FrameDecoder().feed(frame)
+    with pytest.raises(HeaderError, match="nest"):
+        RemotingCommand.decode_header_py(
+            b'{"code":1,"extFields":' + b"[" * 100 + b"]" * 100 + b"}", b""
+        )
+
+
+def test_deeply_nested_body_is_a_body_error() -> None:
+    with pytest.raises(BodyError, match="nest"):
+        decode_json(b"[" * 50_000 + b"]" * 50_000, "heartbeat")
+    brackets_in_a_string = b'{"a":[[{"b":"' + b"[" * 100 + b'"}]]}'
+    assert decode_json(brackets_in_a_string, "x") == {"a": [[{"b": "[" * 100}]]}

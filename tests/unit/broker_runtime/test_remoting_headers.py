@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -81,9 +83,21 @@ def test_batch_round_trip(items: list[tuple[bytes, dict[str, str], int]]) -> Non
     assert decode_batch(encode_batch(items)) == items
 
 
-@given(st.binary(max_size=64))
-def test_batch_garbage_is_a_body_error(raw: bytes) -> None:
+@given(
+    st.binary(max_size=64)
+    | st.builds(
+        lambda b, n: encode_batch(b)[:-n] if n else encode_batch(b),
+        st.lists(
+            st.tuples(st.binary(max_size=20), props, st.integers(0, 9)), min_size=1, max_size=3
+        ),
+        st.integers(0, 3),
+    )
+)
+def test_batch_garbage_is_a_body_error_or_items_that_round_trip(raw: bytes) -> None:
     try:
-        decode_batch(raw)
-    except BodyError:
-        pass
+        items = decode_batch(raw)
+    except BodyError as e:
+        assert re.fullmatch(r"batch entry at byte \d+ (is truncated|has .+)", str(e)), str(e)
+        return
+    assert decode_batch(encode_batch(items)) == items
+    assert len(encode_batch(items)) == len(raw)  # every byte was an entry's

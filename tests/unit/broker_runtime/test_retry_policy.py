@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from broker_runtime.broker.retry_policy import (
-    DEFAULT_MAX_RECONSUME_TIMES,
     STRAIGHT_TO_DLQ,
     SendBackDecision,
     SendBackTarget,
@@ -13,6 +12,7 @@ from broker_runtime.broker.retry_policy import (
     send_back_message,
 )
 from broker_runtime.common.config import StoreConfig
+from broker_runtime.common.constants import MAX_RECONSUME_TIMES
 from broker_runtime.common.delay import DelayLevels, from_schedule, queue_id_of_level, to_schedule
 from broker_runtime.common.message import (
     DELAY,
@@ -44,7 +44,7 @@ def test_retry_intervals_match_the_seed_table() -> None:
         # The n-th retry is sent back by the delivery that carried reconsumeTimes n-1.
         d = decide_send_back(GROUP, reconsume_times=n - 1)
         assert d.target is SendBackTarget.RETRY
-        assert d.topic == "%RETRY%pay_group"
+        assert (d.topic, d.queue_id) == ("%RETRY%pay_group", 0)  # its only queue
         assert d.delay_level == 3 + (n - 1)
         assert levels.delay_ms(d.delay_level) == interval, n
         assert d.reconsume_times == n
@@ -53,7 +53,7 @@ def test_retry_intervals_match_the_seed_table() -> None:
 
 
 def test_the_17th_failure_goes_to_the_dlq() -> None:
-    d = decide_send_back(GROUP, reconsume_times=DEFAULT_MAX_RECONSUME_TIMES)
+    d = decide_send_back(GROUP, reconsume_times=MAX_RECONSUME_TIMES)
     assert d == SendBackDecision(SendBackTarget.DLQ, "%DLQ%pay_group", 0, 0, 17)
 
 
@@ -82,6 +82,9 @@ def test_client_chosen_levels() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="reconsume_times"):
         decide_send_back(GROUP, -1)
+    for bad in (-1, -2):  # 0 is allowed (test_a_smaller_max): the guard is exactly < 0
+        with pytest.raises(ValueError, match=f"max_reconsume_times must be >= 0, got {bad}"):
+            decide_send_back(GROUP, 0, max_reconsume_times=bad)
     with pytest.raises(InvalidNameError):
         decide_send_back("bad group", 0)
 

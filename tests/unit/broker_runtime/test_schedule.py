@@ -15,10 +15,11 @@ import pytest
 from broker_runtime.broker.schedule import ScheduleService
 from broker_runtime.common.clock import FakeClock, SystemClock
 from broker_runtime.common.config import StoreConfig
-from broker_runtime.common.delay import delay_offset_path, to_schedule
+from broker_runtime.common.delay import to_schedule
 from broker_runtime.common.java_hash import tags_code
 from broker_runtime.common.message import DELAY, REAL_TOPIC, TAGS, UNIQ_KEY, Message
 from broker_runtime.common.topics import SCHEDULE_TOPIC
+from broker_runtime.offsets.delay_offsets import delay_offset_path
 from broker_runtime.store.message_store import MessageStore, StoreUnavailable
 from broker_runtime.store.record_codec import MessageRejected
 

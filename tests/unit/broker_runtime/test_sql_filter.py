@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
 from broker_runtime.common.java_values import JavaError, java_double, java_int, java_long
+from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
 
 
 @pytest.mark.parametrize(

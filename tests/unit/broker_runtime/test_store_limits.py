@@ -11,7 +11,7 @@ import pytest
 from broker_runtime.common.config import FlushMode, StoreConfig
 from broker_runtime.common.message import Message
 from broker_runtime.common.topics import InvalidNameError
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store.message_store import MessageStore
 from broker_runtime.store.record_codec import MessageRejected
 from tests.unit.broker_runtime.store_helpers import SEG, all_messages, body_of, log_files
@@ -166,4 +166,4 @@ def test_sync_flush_concurrent_puts_share_fsyncs(small_config: StoreConfig) -> N
         for out in results.values():
             phys = [p for _, _, p in out]
             assert phys == sorted(phys)
-    assert inspect.verify(cfg.store_dir).consistent
+    assert inspection.verify(cfg.store_dir).consistent

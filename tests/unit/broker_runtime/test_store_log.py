@@ -10,7 +10,7 @@ import pytest
 
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import Message
-from broker_runtime.store import inspect
+from broker_runtime.store import inspection
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
 from broker_runtime.store.record_codec import MessageRejected
@@ -131,7 +131,7 @@ def test_segment_roll_names_blanks_and_order(small_config: StoreConfig) -> None:
             assert [m.queue_offset for m in got] == list(range(len(want)))
             assert [m.phys_offset for m in got] == [results[i].phys_offset for i, _ in want]
             assert all(m.tags == f"t{i % 3}" for m, (i, _) in zip(got, want, strict=True))
-    assert inspect.verify(small_config.store_dir).consistent
+    assert inspection.verify(small_config.store_dir).consistent
 
 
 def test_message_filling_a_segment_to_the_last_8_bytes(small_config: StoreConfig) -> None:

@@ -16,7 +16,7 @@ from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import Message, StoredMessage, offset_msg_id
 from broker_runtime.common.topics import InvalidNameError
-from broker_runtime.store import inspect, message_store
+from broker_runtime.store import inspection, message_store
 from broker_runtime.store.consume_queue import ConsumeQueue
 from broker_runtime.store.message_store import GetResult, MessageStore
 from tests.unit.broker_runtime.store_helpers import (
@@ -107,7 +107,7 @@ def test_rebuild_from_the_log(small_config: StoreConfig, deleted: tuple[str, ...
         assert snapshot(store) == before
     for d in deleted:  # rebuilt byte for byte
         assert files_under(root / d) == saved[d]
-    report = inspect.verify(root)
+    report = inspection.verify(root)
     assert report.consistent, report.problems
     assert report.messages == 300 and report.consume_queue_entries == 300
 

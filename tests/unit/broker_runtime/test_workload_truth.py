@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from broker_runtime.common import findings as K
 from broker_runtime.workload import truth as T
 from broker_runtime.workload.consumer_proc import message_index
 from broker_runtime.workload.journal import Delivery, JournalReader, JournalWriter
@@ -48,7 +49,7 @@ def test_failures_then_success_is_retried_then_ok() -> None:
         d("m", "c1", 30, "CONSUMED", topic="%RETRY%g", offset=1),
     ]
     assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
-        "m": (T.RETRIED_THEN_OK, 3, T.RETRY_AFTER_FAILURE)
+        "m": (K.RETRIED_THEN_OK, 3, K.RETRY_AFTER_FAILURE)
     }
 
 
@@ -60,20 +61,20 @@ def test_failures_only_make_no_delivery_finding() -> None:
 def test_a_restart_after_an_unfinished_delivery() -> None:
     ds = [d("held", "a", 10, None, offset=3), d("held", "b", 50, offset=3)]
     assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
-        "held": (T.DELIVERED_TWICE, 2, T.REDELIVERY_AFTER_RESTART)
+        "held": (K.DELIVERED_TWICE, 2, K.REDELIVERY_AFTER_RESTART)
     }
 
 
 def test_consumed_again_because_the_offset_was_not_committed() -> None:
     ds = [d("m", "a", 10, offset=4), d("unrelated", "a", 12), d("m", "b", 50, offset=4)]
     assert kinds(T.delivery_findings("g", TOPIC, ds)) == {
-        "m": (T.DELIVERED_TWICE, 2, T.OFFSET_NOT_COMMITTED)
+        "m": (K.DELIVERED_TWICE, 2, K.OFFSET_NOT_COMMITTED)
     }
 
 
 def test_two_clients_on_one_queue_at_once_is_a_rebalance_overlap() -> None:
     ds = [d("m", "a", 10, offset=4, done=40), d("m", "b", 20, offset=4, done=25)]
-    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.REBALANCE_OVERLAP
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == K.REBALANCE_OVERLAP
 
 
 def test_a_client_that_left_before_the_duplicate_came_is_no_overlap() -> None:
@@ -85,7 +86,7 @@ def test_a_client_that_left_before_the_duplicate_came_is_no_overlap() -> None:
         d("n", "b", 30, offset=5),
         d("o", "a", 40, offset=6),
     ]
-    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.OFFSET_NOT_COMMITTED
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == K.OFFSET_NOT_COMMITTED
 
 
 def test_the_old_owner_taking_more_after_the_duplicate_is_an_overlap() -> None:
@@ -97,20 +98,20 @@ def test_the_old_owner_taking_more_after_the_duplicate_is_an_overlap() -> None:
         d("n", "a", 30, offset=5),
         d("o", "b", 40, offset=6),
     ]
-    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == T.REBALANCE_OVERLAP
+    assert kinds(T.delivery_findings("g", TOPIC, ds))["m"][2] == K.REBALANCE_OVERLAP
 
 
 def test_a_resent_copy_after_a_failure_is_a_producer_resend() -> None:
     ds = [d("m", "a", 10, "RECONSUME_LATER", offset=4), d("m", "a", 20, queue=1, offset=0)]
     assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
-        T.DELIVERED_TWICE, 2, T.PRODUCER_RESEND,
+        K.DELIVERED_TWICE, 2, K.PRODUCER_RESEND,
     )  # fmt: skip
 
 
 def test_another_stored_copy_is_a_producer_resend() -> None:
     ds = [d("m", "a", 10, offset=4), d("m", "a", 11, broker="broker-b", offset=9)]
     assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
-        T.DELIVERED_TWICE, 2, T.PRODUCER_RESEND,
+        K.DELIVERED_TWICE, 2, K.PRODUCER_RESEND,
     )  # fmt: skip
 
 
@@ -121,7 +122,7 @@ def test_a_retry_then_a_duplicate_is_delivered_twice_with_the_duplicate_cause() 
         d("m", "b", 90, topic="%RETRY%g"),
     ]
     assert kinds(T.delivery_findings("g", TOPIC, ds))["m"] == (
-        T.DELIVERED_TWICE, 3, T.REDELIVERY_AFTER_RESTART,
+        K.DELIVERED_TWICE, 3, K.REDELIVERY_AFTER_RESTART,
     )  # fmt: skip
 
 
@@ -132,15 +133,15 @@ def test_stored_twice_counts_distinct_positions_of_the_topic() -> None:
         "retried": [(TOPIC, "broker-a", 1, 0), ("%RETRY%g", "broker-a", 0, 0)],
     }
     assert kinds(T.stored_twice_findings(copies, TOPIC)) == {
-        "twice": (T.STORED_TWICE, 2, T.PRODUCER_RESEND)
+        "twice": (K.STORED_TWICE, 2, K.PRODUCER_RESEND)
     }
 
 
 def _doc() -> dict[str, Any]:
     findings = [
-        T.finding(T.DELIVERED_TWICE, "m1", "g", 2, TOPIC, T.OFFSET_NOT_COMMITTED),
-        T.finding(T.STORED_TWICE, "m2", None, 2, TOPIC, T.PRODUCER_RESEND),
-        T.finding(T.LOST_AFTER_ACK, "m3", None, 1, TOPIC),
+        T.finding(K.DELIVERED_TWICE, "m1", "g", 2, TOPIC, K.OFFSET_NOT_COMMITTED),
+        T.finding(K.STORED_TWICE, "m2", None, 2, TOPIC, K.PRODUCER_RESEND),
+        T.finding(K.LOST_AFTER_ACK, "m3", None, 1, TOPIC),
     ]
     entry = T.scenario_entry(
         description="x", data_dir="/d", topic=TOPIC, groups=["g"], messages=10,

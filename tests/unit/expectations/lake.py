@@ -11,8 +11,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline.audit_schemas import AUDIT_TABLES
-from pipeline.schemas import TABLES
+from pipeline.lake import AUDIT_TABLES
+from pipeline.lake import INGESTED_TABLES as TABLES
 from tests.unit.expectations.conftest import frame
 
 T0 = 1_700_000_000_000

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from expectations.checkpoints import GateFailed, run_all_gates, run_gate
 from expectations.context import GateContext
+from expectations.gates import GateFailed, run_all_gates, run_gate
 from expectations.suites import SPECS
-from pipeline.schemas import TABLES
+from pipeline.lake import INGESTED_TABLES as TABLES
 from tests.unit.expectations.conftest import frame
 from tests.unit.expectations.lake import BAD_FAILURES, T0, damage, good_messages, lake, msg
 
@@ -40,7 +40,7 @@ def test_good_lake_passes_every_gate_quietly(
     assert summary["docs_index"] == str(docs_dir / "index.html")
     assert (docs_dir / "index.html").is_file()
     assert json.loads(json.dumps(summary)) == summary
-    assert len(lines) == len(SPECS) and lines[0].startswith("gate messages: passed 24")
+    assert len(lines) == len(SPECS) and lines[0].startswith("messages: passed 24")
     # No progress bars or GX chatter in a task log.
     assert out == ""
     assert "Calculating Metrics" not in err and "%|" not in err

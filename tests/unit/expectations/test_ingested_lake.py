@@ -8,13 +8,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker_runtime.store import record_codec as codec
-from expectations.checkpoints import GateFailed, run_all_gates
 from expectations.context import GateContext
+from expectations.gates import GateFailed, run_all_gates
 from expectations.suites import INGESTED_TABLES
 from pipeline.delta_io import DeltaIO
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import INGESTED_TABLES as TABLES
+from pipeline.lake import table_path
 from pipeline.readers.commitlog import segment_files
-from pipeline.schemas import TABLES
 from tests.unit.pipeline.stores import stored
 from tests.unit.pipeline.test_ingest import ingest, make_cluster
 

@@ -10,8 +10,8 @@ import pytest
 from expectations.results import Failure, GateResult, plain
 from expectations.suites import AUDIT_TABLES, INGESTED_TABLES, SPECS, spec_for
 from expectations.suites.common import referenced_columns, resolve_parameters, suite_parameters
-from pipeline import audit_schemas
-from pipeline.schemas import TABLES
+from pipeline.lake import AUDIT_TABLES as AUDIT_SCHEMAS
+from pipeline.lake import INGESTED_TABLES as TABLES
 
 
 @pytest.mark.parametrize("table", sorted(SPECS))
@@ -27,7 +27,7 @@ def test_every_parameter_has_a_default_and_no_default_is_stray(table: str) -> No
 def test_suites_read_only_columns_of_the_pipeline_schemas(table: str) -> None:
     spec = SPECS[table]
     derived = {"prev_queue_offset", "store_before_born_ms", "prev_phys_offset", "is_latest"}
-    columns = set((TABLES | audit_schemas.AUDIT_TABLES)[table].fieldNames())
+    columns = set((TABLES | AUDIT_SCHEMAS)[table].fieldNames())
     assert referenced_columns(spec.build()) - derived <= columns
     assert set(spec.row_id) <= columns
 

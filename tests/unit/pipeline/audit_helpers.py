@@ -8,7 +8,7 @@ from chispa import assert_basic_rows_equality
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.audit_schemas import DLQ_REPLAY_LOG
 from pipeline.schemas import struct_of
 from pipeline.transforms.audit_common import MESSAGE_COLUMNS
@@ -52,7 +52,7 @@ def msg(phys: int, key: str | None, queue_offset: int, **over: Any) -> dict[str,
 
 
 def messages(spark: SparkSession, rows: Rows) -> DataFrame:
-    return frame(spark, S.MESSAGES, rows).select(*MESSAGE_COLUMNS)
+    return frame(spark, schemas.MESSAGES, rows).select(*MESSAGE_COLUMNS)
 
 
 def delivery(row_id: int, key: str, client: str = "c1", **over: Any) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def delivery(row_id: int, key: str, client: str = "c1", **over: Any) -> dict[str
 
 
 def log(spark: SparkSession, rows: Rows) -> DataFrame:
-    return frame(spark, S.MESSAGE_LOG, rows)
+    return frame(spark, schemas.MESSAGE_LOG, rows)
 
 
 def stub(key: str, **over: Any) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def stub(key: str, **over: Any) -> dict[str, Any]:
 
 
 def stubs(spark: SparkSession, rows: Rows) -> DataFrame:
-    return frame(spark, S.MESSAGE_STUB, rows)
+    return frame(spark, schemas.MESSAGE_STUB, rows)
 
 
 def snapshot(ts: int, committed: int, max_offset: int, **over: Any) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def snapshot(ts: int, committed: int, max_offset: int, **over: Any) -> dict[str,
 
 
 def offsets(spark: SparkSession, rows: Rows) -> DataFrame:
-    schema = S.CONSUMER_OFFSETS
+    schema = schemas.CONSUMER_OFFSETS
     if "min_offset" not in schema.fieldNames():
         schema = StructType([*schema.fields, *struct_of("min_offset:long").fields])
     return frame(spark, schema, rows)

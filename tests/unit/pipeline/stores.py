@@ -115,3 +115,14 @@ def stored(store_dir: Path) -> list[StoredMessage]:
             out.append(m)
             pos += size
     return out
+
+
+def unit(props: bytes, topic: bytes = b"T", body: bytes = b"body", phys: int = 0) -> bytes:
+    """One message unit with raw TOPIC and PROPERTIES bytes (what the codec would refuse)."""
+    size = codec.record_size(len(body), len(topic), len(props))
+    host = bytes([10, 0, 0, 1])
+    header = codec.HEADER.pack(
+        size, codec.MESSAGE_MAGIC, codec.body_crc(body), 1, 0, 7, phys, 0, 5, host, 9876, 6,
+        host, -1, 0, 0, len(body),
+    )  # fmt: skip
+    return header + body + bytes([len(topic)]) + topic + len(props).to_bytes(2, "big") + props

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.transforms.consistency import audit_consistency
 from tests.unit.pipeline.audit_helpers import (
     T0,
@@ -66,10 +66,10 @@ def test_consistency_findings(spark: SparkSession) -> None:
         snapshot(60_000, 0, 8, broker_id=1),  # the slave's series is not judged
     ]
     df = audit_consistency(
-        frame(spark, S.CONSUME_QUEUE, entries),
+        frame(spark, schemas.CONSUME_QUEUE, entries),
         messages(spark, commitlog),
         offsets(spark, snapshots),
-        frame(spark, S.QUARANTINE, damage),
+        frame(spark, schemas.QUARANTINE, damage),
         T0,
     )
     assert_rows(

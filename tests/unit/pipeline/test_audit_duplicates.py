@@ -3,12 +3,16 @@ look-alikes that are not duplicates."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from broker_runtime.common import findings
 from broker_runtime.workload import truth
 from broker_runtime.workload.journal import Delivery
-from pipeline import audit_schemas
 from pipeline.transforms.duplicates import audit_duplicates, explain_deliveries
 from tests.unit.pipeline.audit_helpers import T0, assert_rows, delivery, log, messages, msg
 
@@ -103,6 +107,11 @@ def _deliveries() -> list[dict[str, object]]:
         delivery(70, "H3", client="c5", queue_offset=22),
         # S1: once
         delivery(42, "S1", client="c4", queue_offset=11),
+        # B1: c8 took B1 while c7 was still busy with B2 from the same queue (received
+        # before, finished after) and took nothing from it afterwards: two owners at once
+        delivery(80, "B1", client="c7", queue_id=3, queue_offset=0),
+        delivery(81, "B2", client="c7", queue_id=3, queue_offset=1, finished_at=T0 + 83_000),
+        delivery(82, "B1", client="c8", queue_id=3, queue_offset=0),
     ]
 
 
@@ -120,6 +129,7 @@ def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
             ("H1", "g1", 2, "offset_not_committed"),
             ("C1", "g1", 2, "redelivery_after_restart"),
             ("A1", "g1", 2, "offset_not_committed"),
+            ("B1", "g1", 2, "rebalance_overlap"),
         ],
     )
 
@@ -141,6 +151,8 @@ def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
             ("C1", "g1", "delivered_twice", "redelivery_after_restart", 2, 1, "c1,c3"),
             ("A1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c4"),
             ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
+            ("B1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c7,c8"),
+            ("B1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c7,c8"),
         ],
     )
 
@@ -152,10 +164,20 @@ def test_the_workload_truth_explains_deliveries_by_the_same_rules(spark: SparkSe
     found = audit_duplicates(messages(spark, []), log(spark, rows), T0)
     audit = {
         (r["msg_id"], r["group"], r["kind"], r["cause"], r["count"])
-        for r in found.filter(found.kind != audit_schemas.DUPLICATE_EFFECT).collect()
+        for r in found.filter(found.kind != findings.DUPLICATE_EFFECT).collect()
     }
+    from_rules = {
+        (f["msg_id"], f["group"], f["kind"], f["cause"], f["count"])
+        for group, ds in _as_deliveries(rows).items()
+        for f in truth.delivery_findings(group, "TopicA", ds)
+    }
+    assert from_rules == audit
+
+
+def _as_deliveries(rows: list[dict[str, object]]) -> dict[str, list[Delivery]]:
+    """message_log rows as the workload's journal deliveries, per group in receipt order."""
     per_group: dict[str, list[Delivery]] = {}
-    for r in sorted(rows, key=lambda r: (r["received_at"], r["id"])):
+    for r in sorted(rows, key=lambda r: (r["received_at"], r["id"])):  # type: ignore[arg-type]
         per_group.setdefault(str(r["group"]), []).append(
             Delivery(
                 0, str(r["msg_id"]), str(r["client_id"]), str(r["topic"]), str(r["broker"]),
@@ -163,20 +185,13 @@ def test_the_workload_truth_explains_deliveries_by_the_same_rules(spark: SparkSe
                 int(r["received_at"]), r["outcome"], r["finished_at"],
             )  # type: ignore[arg-type]
         )  # fmt: skip
-    from_rules = {
-        (f["msg_id"], f["group"], f["kind"], f["cause"], f["count"])
-        for group, ds in per_group.items()
-        for f in truth.delivery_findings(group, "TopicA", ds)
-    }
-    assert from_rules == audit
+    return per_group
 
 
-def test_the_workload_truth_names_kinds_and_causes_as_the_audit_does() -> None:
-    names = ["STORED_TWICE", "DELIVERED_TWICE", "RETRIED_THEN_OK", "DEAD_LETTERED"]
-    names += ["LOST_AFTER_ACK", "RETRY_AFTER_FAILURE", "PRODUCER_RESEND", "REBALANCE_OVERLAP"]
-    names += ["REDELIVERY_AFTER_RESTART", "OFFSET_NOT_COMMITTED", "MAX_RECONSUME_TIMES"]
-    names += ["SENT_TO_DLQ_DIRECTLY", "ABSENT_FROM_COMMITLOG"]
-    assert {n: getattr(truth, n) for n in names} == {n: getattr(audit_schemas, n) for n in names}
+def test_the_workload_truth_uses_the_audits_vocabulary() -> None:
+    audited = {kind for kinds in findings.KINDS.values() for kind in kinds}
+    assert set(findings.TRUTH_KINDS) <= audited
+    assert truth.default_cause(findings.DEAD_LETTERED, 1) == findings.SENT_TO_DLQ_DIRECTLY
 
 
 def test_a_retry_after_a_duplicate_keeps_the_duplicate_cause(spark: SparkSession) -> None:
@@ -208,3 +223,62 @@ def test_a_retry_after_a_duplicate_keeps_the_duplicate_cause(spark: SparkSession
             ),
         ],
     )
+
+
+@st.composite
+def group_log(draw: st.DrawFn, group: str, first_id: int) -> list[dict[str, object]]:
+    """One group's deliveries of 3 messages by 3 clients from 2 queues at distinct times,
+    with resent copies, retries, failures, deaths and slow consumers."""
+    times = draw(st.lists(st.integers(0, 40), min_size=2, max_size=12, unique=True))
+    rows = []
+    for i, t in enumerate(times):
+        m = draw(st.integers(0, 2))
+        outcome = draw(st.sampled_from(["CONSUMED", "CONSUMED", "RECONSUME_LATER", "FAILED", None]))
+        where = draw(st.sampled_from(["copy", "copy", "copy", "resent", "retry"]))
+        over: dict[str, object] = {"queue_id": m % 2, "queue_offset": m}
+        if where == "resent":  # another stored copy of the message
+            over["queue_offset"] = 100 + m
+        elif where == "retry":
+            over.update(topic=f"%RETRY%{group}", queue_id=0, reconsume_times=1)
+        client = draw(st.sampled_from(["c1", "c2", "c3"]))
+        finished = None if outcome is None else T0 + 100 * (t + draw(st.integers(0, 25)))
+        at = T0 + 100 * t
+        row = delivery(first_id + i, f"M{m}", client, group=group, received_at=at, **over)
+        rows.append(row | {"outcome": outcome, "finished_at": finished})
+    return rows
+
+
+@st.composite
+def many_logs(draw: st.DrawFn) -> list[dict[str, object]]:
+    return [r for g in range(40) for r in draw(group_log(f"g{g}", 1000 * g))]
+
+
+# Few examples of many groups each (a Spark job per example), not shrunk (a shrink step is a
+# Spark job too): the assertion's set difference names the deliveries that disagree.
+@settings(
+    max_examples=2,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(rows=many_logs())
+def test_generated_logs_get_the_causes_the_truth_rules_give(
+    spark: SparkSession, rows: list[dict[str, object]]
+) -> None:
+    """Every extra delivery of generated logs (40 groups an example, one Spark job): the
+    audit's Spark columns and truth.json's Python rules, two implementations of the module
+    docstring's rules, name the same cause."""
+    audit = {
+        (r["group"], r["msg_id"], r["seq"], r["cause"])
+        for r in explain_deliveries(log(spark, rows)).filter("seq > 1").collect()
+    }
+    rules = set()
+    for group, ds in _as_deliveries(rows).items():
+        queues = truth.QueueActivity(ds)
+        by_msg: dict[str, list[Delivery]] = {}
+        for d in ds:
+            by_msg.setdefault(d.msg_id, []).append(d)
+        for msg_id, seq in by_msg.items():
+            for n, (a, b) in enumerate(itertools.pairwise(seq), start=2):
+                rules.add((group, msg_id, n, truth.cause_of(a, b, queues)))
+    assert audit == rules

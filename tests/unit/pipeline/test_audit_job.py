@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from broker_runtime.common.findings import KINDS
 from expectations.suites import audits as suites
 from expectations.suites.common import referenced_columns
-from pipeline.audit_schemas import AUDIT_TABLES, KINDS
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit, write_if_changed
+from pipeline.lake import AUDIT_TABLES
 from tests.unit.pipeline.audit_helpers import frame
 
 pytestmark = pytest.mark.slow

@@ -54,6 +54,8 @@ def _audit(spark: SparkSession, min_offset: int | None) -> DataFrame:
         stub("L3", queue_offset=8, updated_at=T0 + 2 * 10**9),  # acked after the ingest read
         stub("L4", broker="broker-z"),  # a broker the lake does not hold
         stub("L5", status="UNCONFIRMED", queue_offset=None),  # never acknowledged
+        stub("L6", status="UNCONFIRMED", queue_offset=9),  # an offset, but never acknowledged
+        stub("L7", queue_id=1, queue_offset=2),  # acked at the queue's min offset: not expired
         stub("X1", queue_id=1, queue_offset=0, tags="TagA"),  # expired before ingest
     ]
     return audit_losses(
@@ -73,6 +75,7 @@ def test_losses_by_kind(spark: SparkSession) -> None:
         [
             ("L1", None, "lost_after_ack", "absent_from_commitlog", 1, 0, 6),
             ("L2", None, "lost_after_ack", "absent_from_commitlog_after_delivery", 1, 0, 7),
+            ("L7", None, "lost_after_ack", "absent_from_commitlog", 1, 1, 2),
             ("K2", "g1", "never_delivered", "offset_passed_without_delivery", 1, 0, 1),
             ("E1", "g1", "expired_before_consumed", "file_deleted_before_delivery", 1, 1, 0),
             ("X1", "g1", "expired_before_consumed", "file_deleted_before_delivery", 1, 1, 0),
@@ -88,6 +91,7 @@ def test_without_min_offsets_nothing_counts_as_expired(spark: SparkSession) -> N
         [
             ("L1", None, "lost_after_ack", "absent_from_commitlog", 1, 0, 6),
             ("L2", None, "lost_after_ack", "absent_from_commitlog_after_delivery", 1, 0, 7),
+            ("L7", None, "lost_after_ack", "absent_from_commitlog", 1, 1, 2),
             ("X1", None, "lost_after_ack", "absent_from_commitlog", 1, 1, 0),
             ("K2", "g1", "never_delivered", "offset_passed_without_delivery", 1, 0, 1),
             ("E1", "g1", "never_delivered", "offset_passed_without_delivery", 1, 1, 0),

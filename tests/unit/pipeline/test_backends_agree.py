@@ -10,10 +10,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline import audit_schemas as A
-from pipeline import schemas as S
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.spark_session import BACKEND_ENV
 from tests.unit.pipeline.test_ingest import ingest, make_cluster
@@ -45,14 +44,14 @@ def lakes(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 
 def test_ingest_gives_the_same_tables(spark: SparkSession, lakes: dict[str, Path]) -> None:
-    for name, schema in S.TABLES.items():
+    for name, schema in INGESTED_TABLES.items():
         native, embedded = (_rows(spark, table_path(lakes[b], name), schema) for b in BACKENDS)
         assert native == embedded, name
         assert native or name == "quarantine", name
 
 
 def test_audit_gives_the_same_findings(spark: SparkSession, lakes: dict[str, Path]) -> None:
-    for name, schema in A.AUDIT_TABLES.items():
+    for name, schema in AUDIT_TABLES.items():
         native, embedded = (_rows(spark, table_path(lakes[b], name), schema) for b in BACKENDS)
         assert native == embedded, name
 
@@ -63,7 +62,7 @@ def test_forced_embedded_reruns_commit_nothing(
     monkeypatch.setenv(BACKEND_ENV, "embedded")
     lake = lakes["embedded"]
     data = lake.parent / "data"
-    before = {t: len(history(table_path(lake, t))) for t in [*S.TABLES, *A.AUDIT_TABLES]}
+    before = {t: len(history(table_path(lake, t))) for t in [*INGESTED_TABLES, *AUDIT_TABLES]}
     assert ingest(spark, data, lake)["backend"] == "embedded"
     run_audit(lake, spark, progress=False)
     after = {t: len(history(table_path(lake, t))) for t in before}

@@ -14,9 +14,10 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common.message import ORIGIN_MESSAGE_ID, REAL_TOPIC, RETRY_TOPIC
 from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO, history
-from pipeline.jobs.ingest import run_ingest, table_path
+from pipeline.jobs.ingest import run_ingest
+from pipeline.lake import INGESTED_TABLES, table_path
 from tests.unit.pipeline import ledgers
 from tests.unit.pipeline.stores import stored, varied, write_store
 
@@ -39,12 +40,12 @@ def ingest(spark: SparkSession, data: Path, lake: Path) -> dict[str, Any]:
 
 
 def rows(spark: SparkSession, lake: Path, table: str) -> list[dict[str, Any]]:
-    df = DeltaIO(spark).read(table_path(lake, table), S.TABLES[table])
+    df = DeltaIO(spark).read(table_path(lake, table), INGESTED_TABLES[table])
     return [r.asDict(recursive=True) for r in df.collect()]
 
 
 def versions(lake: Path) -> dict[str, int]:
-    return {t: len(history(table_path(lake, t))) for t in S.TABLES}
+    return {t: len(history(table_path(lake, t))) for t in INGESTED_TABLES}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_round_trip_every_field(spark: SparkSession, ingested: tuple[Path, Path]
                 "store_date": dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC).date(),
             }  # fmt: skip
             assert {k: r[k] for k in expect} == expect
-    assert set(S.MESSAGES.fieldNames()) == set(next(iter(got.values())))
+    assert set(schemas.MESSAGES.fieldNames()) == set(next(iter(got.values())))
 
 
 def test_consume_queue_offsets_and_ledgers(
@@ -137,7 +138,7 @@ def test_tables_readable_by_deltalake_and_spark(
     spark: SparkSession, ingested: tuple[Path, Path]
 ) -> None:
     _, lake = ingested
-    for name, schema in S.TABLES.items():
+    for name, schema in INGESTED_TABLES.items():
         path = table_path(lake, name)
         table = DeltaTable(path)
         assert table.protocol().min_reader_version == 1

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.readers.commitlog import Broker, plan_log, read_range
 from pipeline.readers.message_rows import spark_int, store_dates, to_messages
 from pipeline.readers.segments import WalkResult
@@ -47,8 +47,8 @@ def test_rows_are_the_ones_the_spark_transform_derives(
         for b in read_range(t, WalkResult())
     ]
     ours = pa.Table.from_batches([to_messages(b, 7) for b in batches]).to_pylist()
-    raw = pa.Table.from_batches(batches).select(S.RAW_MESSAGE.fieldNames())
-    theirs = spark_messages(spark.createDataFrame(raw, S.RAW_MESSAGE), 7).collect()
+    raw = pa.Table.from_batches(batches).select(schemas.RAW_MESSAGE.fieldNames())
+    theirs = spark_messages(spark.createDataFrame(raw, schemas.RAW_MESSAGE), 7).collect()
     assert len(ours) == len(theirs) == 120
 
     def plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from sqlalchemy import insert, update
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import table_path
 from pipeline.readers.commitlog import segment_files
 from tests.unit.pipeline import ledgers
 from tests.unit.pipeline.stores import config, stored, varied, write_store

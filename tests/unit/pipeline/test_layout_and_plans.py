@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker_runtime.common.topics import InvalidNameError
-from pipeline.jobs import checkpoint as C
+from pipeline.jobs import ingest_state
 from pipeline.readers.commitlog import Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources
 from tests.unit.pipeline.stores import SEG, varied, write_store
@@ -81,18 +81,24 @@ def _row(run: int, status: str, source: str, nxt: int, end: int) -> dict[str, ob
 
 
 def test_state_and_resume() -> None:
+    log = ingest_state.COMMITLOG
     rows = [
-        _row(1, "planned", C.COMMITLOG, 0, 100), _row(1, "done", C.COMMITLOG, 90, 100),
-        _row(2, "planned", C.COMMITLOG, 90, 300),
+        _row(1, "planned", log, 0, 100), _row(1, "done", log, 90, 100),
+        _row(2, "planned", log, 90, 300),
     ]  # fmt: skip
-    state = C.load_state(rows)
-    assert state.last_run == 2 and state.next_offset == {("b", 0, C.COMMITLOG): (90, 100)}
-    plan = C.resume_plan(state, [])
+    state = ingest_state.load_state(rows)
+    assert state.last_run == 2 and state.next_offset == {
+        ("b", 0, ingest_state.COMMITLOG): (90, 100)
+    }
+    plan = ingest_state.resume_plan(state, [])
     assert plan.resumed and plan.run == 2
     assert [(i.broker.name, i.start, i.plan_end) for i in plan.items] == [("b", 0, 300)]
-    done = C.load_state([*rows, _row(2, "done", C.COMMITLOG, 300, 300)])
-    assert done.unfinished == [] and done.next_offset[("b", 0, C.COMMITLOG)] == (300, 300)
-    assert C.load_state([]) == C.State(0, [], {})
+    done = ingest_state.load_state([*rows, _row(2, "done", ingest_state.COMMITLOG, 300, 300)])
+    assert done.unfinished == [] and done.next_offset[("b", 0, ingest_state.COMMITLOG)] == (
+        300,
+        300,
+    )
+    assert ingest_state.load_state([]) == ingest_state.State(0, [], {})
 
 
 def test_broker_names_must_be_legal(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipeline.audit_schemas import AUDIT_TABLES
+from pipeline.lake import AUDIT_TABLES
 from pipeline.reports.audit_report import PLOTS, render_report
 from pipeline.reports.dlq_report import render_dlq_report
 from pipeline.reports.render import duration, timestamp

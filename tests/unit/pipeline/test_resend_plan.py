@@ -14,7 +14,7 @@ from broker_runtime.common.clock import FakeClock
 from broker_runtime.common.message import KEYS, RETRY_TOPIC, TAGS, UNIQ_KEY, Message
 from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff, StubRecord, body_hash
 from pipeline.jobs.resend import _Run
-from pipeline.remediation.bodies import Body
+from pipeline.remediation.resend_bodies import Body
 from pipeline.remediation.resend_plan import (
     Action,
     Candidate,

@@ -21,9 +21,12 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * tag expression, default *), --sql (a SQL92 selector instead), --model
  * clustering|broadcasting, --fail REGEX (bodies matching it answer RECONSUME_LATER every
  * time), --max-reconsume N, --expect N (stop after N deliveries whose body does not match
- * --fail), --idle-ms (stop after so long with no delivery; default 15000), --access-key /
- * --secret-key. One JSON line per delivery (the message and the listener's answer), then a
- * summary. The process ends by itself: it is the Python test that decides what was right.
+ * --fail), --expect-failed N (and after N deliveries answered RECONSUME_LATER; shutdown then
+ * waits for their send-back), --idle-ms (stop after so long with no delivery; default 15000),
+ * --access-key / --secret-key, --quiet true (the summary only). One JSON line per delivery
+ * (the message and the listener's answer), then a summary, whose "seconds" run from the start
+ * ("start_ms", epoch ms) to the last delivery. The process ends by itself: it is the Python
+ * test that decides what was right.
  */
 public final class PushConsumer {
     public static void main(String[] argv) throws Exception {
@@ -45,10 +48,17 @@ public final class PushConsumer {
         }
         Pattern fail = Pattern.compile(args.get("fail", "(?!)"));
         int expect = args.getInt("expect", Integer.MAX_VALUE);
+        int expectFailed = args.getInt("expect-failed", 0);
+        if (expectFailed > 0) {
+            consumer.setAwaitTerminationMillisWhenShutdown(10000);
+        }
+        AtomicLong failedDeliveries = new AtomicLong();
         long idleMs = args.getInt("idle-ms", 15000);
         Set<String> good = ConcurrentHashMap.newKeySet();
         AtomicLong last = new AtomicLong(System.currentTimeMillis());
         AtomicLong deliveries = new AtomicLong();
+        boolean quiet = Boolean.parseBoolean(args.get("quiet", "false"));
+        AtomicLong lastNanos = new AtomicLong();
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             ConsumeConcurrentlyStatus status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             for (MessageExt m : msgs) {
@@ -56,20 +66,28 @@ public final class PushConsumer {
                 if (failing) {
                     status = ConsumeConcurrentlyStatus.RECONSUME_LATER;
                 }
-                Map<String, Object> row = Json.message(m);
-                row.put("answer", failing ? "RECONSUME_LATER" : "CONSUME_SUCCESS");
-                Json.emit(row);
+                if (!quiet) {
+                    Map<String, Object> row = Json.message(m);
+                    row.put("answer", failing ? "RECONSUME_LATER" : "CONSUME_SUCCESS");
+                    Json.emit(row);
+                }
                 if (!failing) {
                     good.add(m.getMsgId() + "@" + m.getQueueOffset());
+                } else {
+                    failedDeliveries.incrementAndGet();
                 }
             }
             deliveries.addAndGet(msgs.size());
             last.set(System.currentTimeMillis());
+            lastNanos.accumulateAndGet(System.nanoTime(), Math::max);
             return status;
         });
+        long started = System.nanoTime();
+        long startedMs = System.currentTimeMillis();
         consumer.start();
         Json.emit(Map.of("started", true));
-        while (good.size() < expect && System.currentTimeMillis() - last.get() < idleMs) {
+        while ((good.size() < expect || failedDeliveries.get() < expectFailed)
+                && System.currentTimeMillis() - last.get() < idleMs) {
             Thread.sleep(20);
         }
         // Offsets are committed to the broker every 5 s and at shutdown (persistAll).
@@ -78,6 +96,8 @@ public final class PushConsumer {
         done.put("done", true);
         done.put("deliveries", deliveries.get());
         done.put("succeeded", good.size());
+        done.put("seconds", Math.max(0, lastNanos.get() - started) / 1e9);
+        done.put("start_ms", startedMs);
         Json.emit(done);
     }
 }

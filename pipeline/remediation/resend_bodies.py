@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pyspark.sql import functions as F
 
 from broker_runtime.ledger.producer import ProducerLedger
-from pipeline import schemas as S
+from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
-from pipeline.jobs.ingest import table_path
+from pipeline.lake import table_path
 from pipeline.remediation.resend_plan import Candidate, body_hash_ok
 
 
@@ -41,7 +41,7 @@ def find_bodies(
     if not rest or not table_exists(path):
         return found
     copies = (
-        io.read(path, S.MESSAGES)
+        io.read(path, schemas.MESSAGES)
         .filter(F.col("uniq_key").isin(rest) & ~F.col("is_scheduled"))
         .select("uniq_key", "broker", "body", "properties", "is_retry", "is_dlq", "store_ts")
         .orderBy("is_dlq", "is_retry", "store_ts")  # the first-sent copy when there is one

@@ -1,4 +1,4 @@
-"""`mqaudit pipeline resend` and `mqaudit pipeline replay`: the remediation jobs by hand.
+"""`resend` and `replay` under `mqaudit pipeline`: the remediation jobs by hand.
 
 Both print a JSON summary on stdout; progress goes to stderr.
 """
@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
 from pipeline.spark_session import DEFAULT_MASTER
 
 
@@ -62,7 +63,7 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     resend.add_argument("--access-key", default=None)
     resend.add_argument("--secret-key", default=None)
     resend.add_argument("--as-of", default="now", help="due time: epoch ms, ISO 8601 or now")
-    resend.add_argument("--max-send-count", type=int, default=16)
+    resend.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
     resend.add_argument("--report-dir", type=Path, default=None, help="manual_handling.csv/json")
     resend.add_argument("--run-id", default=None, help="default: a new one")
     resend.add_argument("--spark-master", default=DEFAULT_MASTER)
@@ -71,7 +72,7 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _target(args: argparse.Namespace) -> Any:
-    from broker_runtime.cli.client_args import namesrv_of_data_dir
+    from broker_runtime.cluster.layout import namesrv_of_data_dir
     from pipeline.remediation.sender import BrokerTarget
 
     if args.namesrv is None and args.data_dir is None:
@@ -81,7 +82,7 @@ def _target(args: argparse.Namespace) -> Any:
 
 
 def cmd_resend(args: argparse.Namespace) -> int:
-    from broker_runtime.cli.client_args import parse_time_ms
+    from broker_runtime.common.clock import parse_time_ms
 
     as_of = parse_time_ms(args.as_of)
     if args.max_send_count < 1:

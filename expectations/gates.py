@@ -9,7 +9,6 @@ show both: the verdict over the whole suite, then the evidence for what failed.
 from __future__ import annotations
 
 import datetime
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,10 +19,13 @@ from great_expectations.core.run_identifier import RunIdentifier
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
+from broker_runtime.common.progress import reporter
 from expectations.context import GateContext, shared_context
 from expectations.results import GateResult, summarize
 from expectations.suites import SPECS
 from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
+
+_GATE = reporter("gate")
 
 
 class GateFailed(Exception):
@@ -46,10 +48,6 @@ class GateFailed(Exception):
         if docs_index is not None:
             lines.append(f"Data Docs: {docs_index}")
         super().__init__("\n".join(lines))
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _context(context: GateContext | None, docs_dir: Path | str | None) -> GateContext:
@@ -134,7 +132,7 @@ def run_all_gates(
     context: GateContext | None = None,
     raise_on_failure: bool = True,
     run_name: str | None = None,
-    progress: Callable[[str], None] | None = _stderr,
+    progress: Callable[[str], None] | None = _GATE,
 ) -> dict[str, Any]:
     """Gate every table of a lake (name -> DataFrame) in one context; a JSON-able summary.
 
@@ -163,7 +161,7 @@ def run_all_gates(
         results[table] = result
         if progress is not None:
             state = "passed" if result.success else f"FAILED {len(result.failures)} of"
-            progress(f"gate {table}: {state} {result.evaluated} expectations, {result.seconds} s")
+            progress(f"{table}: {state} {result.evaluated} expectations, {result.seconds} s")
     docs = None if ctx.docs_index is None else str(ctx.docs_index)
     summary: dict[str, Any] = {
         "success": all(r.success for r in results.values()),

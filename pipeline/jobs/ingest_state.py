@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from broker_runtime.store.checkpoint import Checkpoint
+from broker_runtime.store.message_store import LAYOUT_FILE
 from pipeline.readers.commitlog import Broker
+from pipeline.readers.store_files import consume_queues_end
 
 COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"
@@ -72,10 +74,13 @@ def load_state(rows: Iterable[dict[str, Any]]) -> State:
 
 def dispatch_bound(broker: Broker, plan_end: int) -> int:
     """How far the ConsumeQueues are surely built: all of the log after a clean stop, else
-    (running or crashed broker) the offset the store's checkpoint file says they reached."""
+    (running or crashed broker) the offset mqaudit's checkpoint file says they reached, or in
+    an Apache RocketMQ store (no config/storeLayout.json) where its queues end."""
     store = Path(broker.store_dir)
     if not (store / "abort").exists():
         return plan_end
+    if not (store / LAYOUT_FILE).exists():  # Apache RocketMQ's: no such offset in its checkpoint
+        return min(plan_end, consume_queues_end(broker.store_dir))
     cp = Checkpoint.load(store / "checkpoint")
     return min(plan_end, cp.logics_flushed_offset) if cp else 0
 

@@ -1,0 +1,7 @@
+"""`python -m pipeline.cli <command> ...`."""
+
+import sys
+
+from pipeline.cli import main
+
+sys.exit(main())

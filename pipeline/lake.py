@@ -1,0 +1,108 @@
+"""The lake's catalog: every Delta table's name, schema, partitioning, key and path.
+
+Readers, writers, gates, reports and the remediation jobs look tables up here; the column
+contracts themselves are in `pipeline.schemas` (ingested tables) and
+`pipeline.audit_schemas` (audit and remediation tables). A table lives at LAKE/<name>.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pyspark.sql.types import StructType
+
+from pipeline import audit_schemas, schemas
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Layer = Literal["ingested", "audit", "remediation"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the lake. `key` is what makes a row unique (the gates check it)."""
+
+    name: str
+    schema: StructType
+    layer: Layer
+    partitions: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+
+    def path(self, lake: str | Path) -> str:
+        return table_path(lake, self.name)
+
+
+def table_path(lake: str | Path, name: str) -> str:
+    """Where table `name` lives in the lake."""
+    return f"{str(lake).rstrip('/')}/{name}"
+
+
+_CATALOG = (
+    Table(
+        "messages",
+        schemas.MESSAGES,
+        "ingested",
+        partitions=("broker", "store_date"),
+        key=("broker", "broker_id", "phys_offset"),
+    ),
+    Table(
+        "consume_queue",
+        schemas.CONSUME_QUEUE,
+        "ingested",
+        partitions=("broker",),
+        key=("broker", "broker_id", "topic", "queue_id", "queue_offset"),
+    ),
+    Table(
+        "consumer_offsets",
+        schemas.CONSUMER_OFFSETS,
+        "ingested",
+        key=("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"),
+    ),
+    Table("message_stub", schemas.MESSAGE_STUB, "ingested", key=("msg_id",)),
+    Table("message_log", schemas.MESSAGE_LOG, "ingested", key=("id",)),
+    Table(
+        "quarantine",
+        schemas.QUARANTINE,
+        "ingested",
+        key=("broker", "broker_id", "log_offset", "reason"),
+    ),
+    Table("ingest_checkpoint", schemas.INGEST_CHECKPOINT, "ingested"),
+    Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
+    Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
+    Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),
+    Table("audit_dead_letters", audit_schemas.AUDIT_DEAD_LETTERS, "audit"),
+    Table("resend_candidates", audit_schemas.RESEND_CANDIDATES, "audit"),
+    Table("manual_handling", audit_schemas.MANUAL_HANDLING, "audit"),
+    Table("consistency", audit_schemas.CONSISTENCY, "audit"),
+    Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
+    Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in _CATALOG}
+INGESTED_TABLES: dict[str, StructType] = {
+    t.name: t.schema for t in _CATALOG if t.layer == "ingested"
+}
+AUDIT_TABLES: dict[str, StructType] = {t.name: t.schema for t in _CATALOG if t.layer == "audit"}
+RESEND_LOG = TABLES["resend_log"]
+DLQ_REPLAY_LOG = TABLES["dlq_replay_log"]  # written by replays, read by the audit
+
+
+def existing(lake: str | Path, names: Iterable[str]) -> tuple[str, ...]:
+    """The named tables that the lake holds."""
+    from pipeline.delta_io import table_exists
+
+    return tuple(n for n in names if table_exists(table_path(lake, n)))
+
+
+def read_tables(
+    lake: str | Path, names: Iterable[str], spark: SparkSession
+) -> dict[str, DataFrame]:
+    """The named tables as DataFrames over their catalog schemas."""
+    from pipeline.delta_io import DeltaIO
+
+    io = DeltaIO(spark)
+    return {n: io.read(table_path(lake, n), TABLES[n].schema) for n in names}
