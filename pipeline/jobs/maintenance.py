@@ -19,7 +19,8 @@ from typing import Any
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from pipeline.delta_io import DeltaIO, table_exists
+from pipeline.delta_io import DeltaIO
+from pipeline.lake import TABLES, existing, table_path
 
 LOCK_FILE = ".mqaudit-writer.lock"
 # Columns a table is looked up by (joins and lookups by key): files are Z-ordered on them so
@@ -77,16 +78,16 @@ def maintain_lake(
     *,
     wait_s: float | None = 3600.0,
 ) -> dict[str, Any]:
-    """OPTIMIZE then VACUUM every Delta table under `lake`, under the writer lock; returns
-    what was done per table (files before and after, what OPTIMIZE added and removed, what
-    VACUUM deleted)."""
+    """OPTIMIZE then VACUUM every table of the catalog that `lake` holds, under the writer
+    lock; returns what was done per table (files before and after, what OPTIMIZE added and
+    removed, what VACUUM deleted)."""
     if retention_hours < 0:
         raise ValueError(f"retention_hours must be >= 0, got {retention_hours}")
     root = Path(lake).resolve()
     with lake_lock(root, wait_s):
         io = DeltaIO(spark)
-        tables = sorted(p for p in root.iterdir() if table_exists(str(p)))
-        done = {t.name: _maintain(io, str(t), retention_hours) for t in tables}
+        tables = sorted(existing(root, TABLES))
+        done = {t: _maintain(io, table_path(root, t), retention_hours) for t in tables}
     return {
         "lake": str(root),
         "backend": io.backend,

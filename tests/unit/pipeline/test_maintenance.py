@@ -32,18 +32,19 @@ def test_optimize_and_vacuum_keep_the_rows_and_report_what_they_did(
         rows = [(f"m{i}{k}", "a" if k % 2 else "b", i * 10 + k) for k in range(4)]
         io.append(spark.createDataFrame(rows, SCHEMA), path, SCHEMA, ["part"])
         want += rows
-    io.ensure_table(str(lake / "other"), SCHEMA)  # an empty table: nothing to do
+    io.ensure_table(str(lake / "message_stub"), SCHEMA)  # an empty table: nothing to do
+    (lake / "not_a_table").mkdir()  # not in the catalog: left alone
     files = len(DeltaTable(path).file_uris())
     assert files >= 6
     report = maintain_lake(lake, spark, retention_hours=0)
-    assert report["backend"] == backend and set(report["tables"]) == {"message_log", "other"}
+    assert report["backend"] == backend and set(report["tables"]) == {"message_log", "message_stub"}
     done = report["tables"]["message_log"]
     assert done["zorder"] == ["msg_id"] and done["files_before"] == files
     assert done["files_after"] == 2 == done["optimize_added"]  # one per partition
     assert done["optimize_removed"] == files
     assert done["vacuum_deleted"] == files  # retention 0: the replaced files go
     assert data_files_on_disk(path) == 2
-    assert report["tables"]["other"]["files_after"] == 0
+    assert report["tables"]["message_stub"]["files_after"] == 0
     got = sorted(tuple(r) for r in io.read(path, SCHEMA).collect())
     assert got == sorted(want)
     assert history(path)[0]["operation"] in ("OPTIMIZE", "VACUUM END")
