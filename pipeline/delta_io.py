@@ -1,8 +1,11 @@
 """All Delta Lake I/O of the pipeline, with two backends behind one small API.
 
 - `native` (the default wherever Delta Lake's jars load; see pipeline.spark_session):
-  delta-spark's `format("delta")` writes and commits, `DeltaTable.merge` upserts, appends
-  carry `txnAppId`/`txnVersion`.
+  delta-spark commits everything. DataFrames: `format("delta")` writes, `DeltaTable.merge`
+  upserts, appends carry `txnAppId`/`txnVersion`. Rows made in the Python workers
+  (`append_generated`) or on the driver (`append_rows`): pyarrow writes the data files
+  there, as for the embedded backend, and delta-spark's transaction commits them with the
+  append's `txn` (pipeline.delta_native).
 - `embedded` (where the jars cannot be fetched, or forced): delta-rs (`deltalake`) owns the
   transaction log and Spark does the compute. Large writes: Spark executors write plain
   parquet files into a fresh directory under the table root (`w-<uuid>/<partition dirs>`) -
@@ -46,9 +49,10 @@ from pipeline.delta_files import (
     spark_file_row,
     stage_dir,
 )
+from pipeline.delta_native import commit_files
 from pipeline.schemas import arrow_schema
 from pipeline.spark_session import forced_backend, native_delta_available
-from pipeline.spark_tasks import Producer, generated, run_tasks
+from pipeline.spark_tasks import Producer, run_tasks
 
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
@@ -131,8 +135,10 @@ class DeltaIO:
         """Append a few rows to an unpartitioned table in one commit, from the driver."""
         if not rows:
             return 0
-        if self.backend == "native":
-            return self.append(self.spark.createDataFrame(rows, schema), path, schema)
+        if self.backend == "native":  # a file written here, committed by delta-spark
+            writer = PartitionedWriter(path, stage_dir(path), arrow_schema(schema), ())
+            writer.write(pa.RecordBatch.from_pylist(rows, arrow_schema(schema)))
+            return self._commit(path, schema, (), writer.close(), "append", None)
         write_deltalake(path, pa.Table.from_pylist(rows, arrow_schema(schema)), mode="append")
         return len(rows)
 
@@ -158,9 +164,8 @@ class DeltaIO:
                 added = Schema.from_arrow(arrow_schema(StructType(missing))).fields
                 DeltaTable(path).alter.add_columns(added)
             return
-        if self.backend == "native":
-            empty = self.spark.createDataFrame([], schema)
-            empty.write.format("delta").partitionBy(*partition_by).mode("append").save(path)
+        if self.backend == "native":  # one commit, no Spark job
+            commit_files(self.spark, path, [], schema, partition_by, None)
             return
         delta_schema = Schema.from_arrow(arrow_schema(schema))
         parts = list(partition_by) or None
@@ -206,19 +211,14 @@ class DeltaIO:
         workers for every task (`slices` Spark tasks, default one per task); returns the rows
         added, or -1 (nothing run) when the table already has `txn`.
 
-        Embedded: the workers write the data files themselves (pyarrow), so the rows never
-        cross into the JVM; the native backend hands them to delta-spark's writer.
+        The workers write the data files themselves (pyarrow), so the rows never cross into
+        the JVM; the driver commits them (delta-spark's transaction on the native backend,
+        delta-rs' on the embedded one: see pipeline.delta_native).
         """
         if txn is not None:
             have = txn_version(path, txn[0])
             if have is not None and have >= txn[1]:
                 return -1
-        if self.backend == "native":
-            if not tasks:
-                self.ensure_table(path, schema, partition_by)
-                return 0
-            df = generated(self.spark, tasks, produce, schema, slices)
-            return self._native_append(df, path, partition_by, txn)
         stage = stage_dir(path)
         target = arrow_schema(schema)
 
@@ -229,9 +229,9 @@ class DeltaIO:
                     writer.write(out)
             return writer.close()
 
-        files = run_tasks(self.spark, tasks, write, slices)
+        files = run_tasks(self.spark, tasks, write, slices) if tasks else []
         n = self._commit(path, schema, partition_by, files, "append", txn)
-        if n == 0:
+        if n <= 0:
             shutil.rmtree(stage, ignore_errors=True)
         return n
 
@@ -375,6 +375,8 @@ class DeltaIO:
         if mode == "append" and not sum(rows_of(f["stats"]) for f in files):
             self.ensure_table(path, schema, partition_by)
             return 0
+        if self.backend == "native" and mode == "append":
+            return commit_files(self.spark, path, files, schema, partition_by, txn)
         return commit(path, schema, partition_by, files, mode, txn, partition_filters)
 
 
