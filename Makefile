@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 DEMO_OUT ?= demo-out
 
-.PHONY: venv delta-jars system-deps toxiproxy interop-build interop demo test check bench lock clean
+.PHONY: venv delta-jars system-deps toxiproxy interop-build interop demo test test-native check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -67,6 +67,10 @@ demo: $(JARS_STAMP)
 TEST_WORKERS ?= 2
 test: $(JARS_STAMP) interop-build
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The whole suite on the native delta-spark backend (`make test` runs most of it embedded).
+test-native: $(JARS_STAMP) interop-build
+	MQAUDIT_DELTA_BACKEND=native $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Apache RocketMQ for the interop tests (tests/interop/pom.xml): the first build downloads it
 # from Maven Central into ~/.m2, later ones run offline. Skipped where java or mvn is missing.

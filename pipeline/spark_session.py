@@ -96,11 +96,11 @@ def _provided(packages: str) -> bool:
 def delta_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     """The settings that give a new session (or a spark-submit) Delta Lake: the packages
     when the Ivy cache has them (or the backend is forced native), nothing of the packages
-    when Spark's jars directory has Delta already, and {} when the embedded backend is
-    forced or the jars are missing (logged once per call)."""
+    when Spark's jars directory has Delta already, and {} when the jars are missing (logged
+    once per call, unless the embedded backend is forced). Where the jars are there, a
+    session has them even with the embedded backend forced: a JVM loads its jars once, at
+    its start, and the next session of the process may want the native backend."""
     forced = forced_backend()
-    if forced == "embedded":
-        return {}
     packages = delta_packages()
     out = {
         "spark.sql.extensions": DELTA_EXTENSION,
@@ -112,6 +112,8 @@ def delta_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     ivy_home = Path((conf or {}).get("spark.jars.ivy") or DEFAULT_IVY_HOME)
     if forced == "native" or _ivy_cache_has(packages, ivy_home):
         return {"spark.jars.packages": packages, **out}
+    if forced == "embedded":  # as asked: nothing to say
+        return {}
     log.warning(
         "Delta Lake jars (%s) are not in the Ivy cache %s ('make delta-jars' fetches them): "
         "using the embedded delta-rs backend",

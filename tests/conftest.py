@@ -20,6 +20,14 @@ pytest_plugins = ["tests.db_servers", "tests.spark_cluster"]
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
+# The tests' Delta backend: the embedded one (delta-rs), forced here for every test and every
+# process a test starts, except in the test files marked `native_delta`, which run with the
+# product's default (the native delta-spark backend where its jars load: tests of both
+# backends, on each other's tables, the Spark cluster, spark-submit DAG runs and a native
+# pipeline run). A whole suite on the native backend costs more than the suite's time budget
+# on CI's two cores (figures: tests/README.md); `make test-native` runs it anyway.
+DELTA_BACKEND = os.environ.setdefault("MQAUDIT_DELTA_BACKEND", "embedded")
+
 
 @pytest.fixture
 def small_config(tmp_path: Path) -> StoreConfig:
@@ -51,6 +59,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
+
+
+@pytest.fixture(scope="module", autouse=True)
+def delta_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The Delta backend of this test file: the product's default in files marked
+    `native_delta`, else the suite's (MQAUDIT_DELTA_BACKEND, embedded unless set)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if request.node.get_closest_marker("native_delta") is not None:
+            mp.delenv("MQAUDIT_DELTA_BACKEND", raising=False)
+        yield os.environ.get("MQAUDIT_DELTA_BACKEND", "default")
 
 
 _FAILED = pytest.StashKey[bool]()

@@ -32,6 +32,7 @@ from tests.spark_cluster import SparkCluster
 # A cluster to start and two pipeline runs, one in a driver process of its own.
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.native_delta,
     pytest.mark.integration,
     pytest.mark.airflow,
     pytest.mark.timeout(1800),

@@ -17,7 +17,8 @@ from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.spark_session import BACKEND_ENV
 from tests.unit.pipeline.test_ingest import ingest, make_cluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # two ingests and audits
+# Two ingests and audits.
+pytestmark = [pytest.mark.slow, pytest.mark.native_delta, pytest.mark.timeout(1200)]
 BACKENDS = ("native", "embedded")
 VOLATILE = {"created_at", "ingested_at", "written_at"}  # wall-clock columns of a run
 
