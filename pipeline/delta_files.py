@@ -1,6 +1,7 @@
-"""The embedded backend's side of pipeline.delta_io: parquet data files written by Spark or
-by the Python workers straight from Arrow batches, committed in one delta-rs transaction of
-`add` actions (size, partition values, rows and statistics from the footer), and the table's
+"""The file side of pipeline.delta_io: parquet data files written by Spark or by the Python
+workers straight from Arrow batches, described as `add` actions (size, partition values,
+rows and statistics from the footer), committed in one delta-rs transaction by the embedded
+backend (delta-spark's by the native one: pipeline.delta_native); the table's
 current files (what Spark or, for small tables, pyarrow reads: never delta-rs' own readers,
 which can abort the process at exit: delta-io/delta-rs#2184).
 
@@ -33,6 +34,18 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # What is known of a data file when it is committed (a DataFile row): path (relative to the
 # table root), size, modified (epoch ms), partition_values (JSON), stats (Delta's JSON).
 DataFile = dict[str, Any]
+
+
+def table_exists(path: str) -> bool:
+    return bool(DeltaTable.is_deltatable(path))
+
+
+def txn_version(path: str, app_id: str) -> int | None:
+    """The last `txn` version the table recorded for `app_id` (None: never)."""
+    if not table_exists(path):
+        return None
+    version = DeltaTable(path).transaction_version(app_id)
+    return None if version is None else int(version)
 
 
 def stage_dir(table_path: str) -> str:

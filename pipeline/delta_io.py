@@ -49,6 +49,8 @@ from pipeline.delta_files import (
     spark_file_row,
     stage_dir,
 )
+from pipeline.delta_files import table_exists as table_exists  # importers' one name
+from pipeline.delta_files import txn_version as txn_version
 from pipeline.delta_native import commit_files
 from pipeline.schemas import arrow_schema
 from pipeline.spark_session import forced_backend, native_delta_available
@@ -60,18 +62,6 @@ _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies nev
 def choose_backend(spark: SparkSession) -> str:
     """The forced backend, else native where the session has Delta Lake, else embedded."""
     return forced_backend() or ("native" if native_delta_available(spark) else "embedded")
-
-
-def table_exists(path: str) -> bool:
-    return bool(DeltaTable.is_deltatable(path))
-
-
-def txn_version(path: str, app_id: str) -> int | None:
-    """The last `txn` version the table recorded for `app_id` (None: never)."""
-    if not table_exists(path):
-        return None
-    version = DeltaTable(path).transaction_version(app_id)
-    return None if version is None else int(version)
 
 
 def history(path: str) -> list[dict[str, Any]]:

@@ -7,8 +7,11 @@ written there as parquet files (pipeline.delta_files.PartitionedWriter) and only
 paths and statistics travel to the driver. Handing the rows to delta-spark's writer instead
 (`mapInArrow` then `format("delta")`) sends every 1 KiB body through the JVM's row format
 and its parquet writer: measured 18x the CPU of the whole ingest (benchmarks/ingest_bench.py).
-The commit itself is delta-spark's, with its conflict checks: the `txn` version is read in
-the same transaction, so two appends of one version commit once.
+The commit itself is delta-spark's, with its conflict checks on files. The `txn` already
+recorded is read from the log by delta-rs (as both backends do before an append's job
+runs): asking delta-spark's transaction for it (`txnVersion`) reconstructs the table's
+state with a Spark job, seconds per commit on two busy cores (5-7 s measured), and appends
+with a `txn` (ingest's) run under the lake's writer lock, so none commits beside another.
 
 The actions are parsed by delta-spark's own `Action.fromJson` from the Delta protocol's JSON
 (the same `add` fields delta-rs commits for the embedded backend).
@@ -26,7 +29,7 @@ from urllib.parse import quote
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from pipeline.delta_files import DataFile, rows_of
+from pipeline.delta_files import DataFile, rows_of, txn_version
 
 
 def commit_files(
@@ -40,11 +43,12 @@ def commit_files(
     """Append the DataFile rows' files to the table at `path` in one commit carrying `txn`
     (the table's first commit, with `schema` and `partition_by`, when there is none);
     returns their rows, or -1 (nothing committed) when the table has `txn`."""
+    have = None if txn is None else txn_version(path, txn[0])
+    if txn is not None and have is not None and have >= txn[1]:
+        return -1
     jvm: Any = spark._jvm
     delta = jvm.org.apache.spark.sql.delta
     transaction = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
-    if txn is not None and transaction.txnVersion(txn[0]) >= txn[1]:
-        return -1
     if transaction.readVersion() < 0:  # a new table (its directory may hold staged files)
         metadata = {
             "id": str(uuid.uuid4()),
