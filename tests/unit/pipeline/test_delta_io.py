@@ -104,8 +104,14 @@ def test_sessions_get_the_cached_delta_jars_or_fall_back_with_one_line(
     conf = delta_conf({"spark.jars.ivy": str(ivy)})
     assert conf["spark.jars.packages"] == packages
     assert conf["spark.sql.extensions"] == EXT
+    # Embedded forced: the cached jars still load (the process's next session may want
+    # them), and where there are none, nothing is said.
     monkeypatch.setenv(BACKEND_ENV, "embedded")
-    assert delta_conf({"spark.jars.ivy": str(ivy)}) == {}
+    assert delta_conf({"spark.jars.ivy": str(ivy)})["spark.jars.packages"] == packages
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=spark_session.__name__):
+        assert delta_conf({"spark.jars.ivy": str(tmp_path / "empty")}) == {}
+    assert caplog.records == []
     monkeypatch.setenv(BACKEND_ENV, "native")  # forced: fetched if missing, never skipped
     assert delta_conf({"spark.jars.ivy": str(tmp_path / "empty")})["spark.jars.packages"]
 
