@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+JARS_STAMP := $(VENV)/.delta-jars
 DEMO_OUT ?= demo-out
 
-.PHONY: venv system-deps toxiproxy docs-assets interop-build interop demo test check bench lock clean
+.PHONY: venv delta-jars system-deps toxiproxy docs-assets interop-build interop demo test test-native check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -15,7 +16,20 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(JARS_STAMP)
+
+# Delta Lake's jars for the installed delta-spark, resolved once into Spark's Ivy cache
+# (~/.ivy2.5.2) from Maven Central, so that later sessions start offline with the native
+# Delta backend. Without network this says so and the pipeline falls back to the embedded
+# delta-rs backend; `make delta-jars` tries again.
+$(JARS_STAMP): $(STAMP)
+	@$(PY) -m pipeline.spark_session fetch-delta-jars \
+	  || echo "Delta Lake jars not fetched: the embedded delta-rs backend will be used"
+	@touch $(JARS_STAMP)
+
+delta-jars: $(STAMP)
+	$(PY) -m pipeline.spark_session fetch-delta-jars
+	@touch $(JARS_STAMP)
 
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
 # reports rendered in headless Chromium, RabbitMQ audited like our own brokers, npm for the
@@ -64,7 +78,7 @@ $(DOCS_ASSETS_STAMP): expectations/docs_assets/package.json expectations/docs_as
 
 docs-assets: $(DOCS_ASSETS_STAMP)
 
-demo: $(STAMP) docs-assets
+demo: $(JARS_STAMP) docs-assets
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
 
 # Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
@@ -73,8 +87,12 @@ demo: $(STAMP) docs-assets
 # first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
 # runs everything in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP) interop-build docs-assets
+test: $(JARS_STAMP) interop-build docs-assets
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The whole suite on the native delta-spark backend (`make test` runs most of it embedded).
+test-native: $(JARS_STAMP) interop-build docs-assets
+	MQAUDIT_DELTA_BACKEND=native $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Apache RocketMQ for the interop tests (tests/interop/pom.xml): the first build downloads it
 # from Maven Central into ~/.m2, later ones run offline. Skipped where java or mvn is missing.
@@ -105,7 +123,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: $(STAMP) interop-build
+bench: $(JARS_STAMP) interop-build
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py

@@ -10,7 +10,11 @@ figures against their targets (reported, never asserted).
    ranges in 2 processes: its MB/s over the raw read MB/s is the parse ratio. Raw read and
    parse take turns, ROUNDS times; the median round's ratio is reported (on a shared
    machine one round alone is mostly a sample of the neighbours' load).
-4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started.
+4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started,
+   with each Delta backend in turn (native delta-spark, then embedded delta-rs) in one
+   session, each after a warm-up ingest of 20,000 messages into a throwaway lake (the
+   first Delta commits of a JVM load delta-spark's classes): messages/s of each and their
+   ratio.
 5. memory: ingest in a fresh process at two sizes; peak RSS during the ingest of the driver
    (the Python process plus the Spark JVM, which holds the driver in local mode) at the
    larger size over the smaller.
@@ -48,6 +52,8 @@ BROKERS = ("broker-a", "broker-b")
 BATCH = 64
 WORKERS = 2  # as local[2]
 ROUNDS = 3
+WARM_UP_MESSAGES = 20_000  # ingested by each backend before its timed run
+TARGET_NATIVE = 1_000_000  # messages/s on local[2] with the native Delta backend
 
 
 def make_cluster(data_dir: Path, messages: int, size: int) -> None:
@@ -212,38 +218,65 @@ class _PeakRss:
         self._thread.join()
 
 
-def ingest(data_dir: Path, lake: Path, master: str) -> dict[str, Any]:
+def ingest(
+    data_dir: Path,
+    lake: Path,
+    master: str,
+    backends: tuple[str, ...] = ("",),
+    warm_up: Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """`run_ingest` into a fresh lake with each Delta backend ("" the default), in one
+    session started beforehand; figures by backend. With `warm_up` (a small data dir), each
+    backend first ingests it into a throwaway lake: a JVM's first Delta commits load and
+    compile delta-spark's classes (tens of seconds on a busy machine), which the timed runs
+    should not count; the warm-up's own time is reported."""
     from pipeline.jobs.ingest import run_ingest
-    from pipeline.spark_session import build_spark
+    from pipeline.spark_session import BACKEND_ENV, build_spark
 
-    shutil.rmtree(lake, ignore_errors=True)
     t0 = time.perf_counter()
     spark = build_spark("mqaudit-ingest-bench", master)
     jvm_start = time.perf_counter() - t0
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
-    with _PeakRss(pid) as rss:
-        cpu = _cpu_seconds(pid) + time.process_time()
-        start = time.perf_counter()
-        summary = run_ingest(data_dir, lake, spark)
-        seconds = time.perf_counter() - start
-        cpu = _cpu_seconds(pid) + time.process_time() - cpu
-    log_bytes = sum(
-        b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
-    )
+    out = {}
+    warm_s: dict[str, float] = {}
+    for backend in backends:
+        if backend:
+            os.environ[BACKEND_ENV] = backend
+        if warm_up is not None:
+            throwaway = lake.with_name(f"{lake.name}-warm-up")
+            shutil.rmtree(throwaway, ignore_errors=True)
+            start = time.perf_counter()
+            run_ingest(warm_up, throwaway, spark, progress=False)
+            warm_s[backend] = round(time.perf_counter() - start, 1)
+            shutil.rmtree(throwaway, ignore_errors=True)
+        shutil.rmtree(lake, ignore_errors=True)
+        with _PeakRss(pid) as rss:
+            cpu = _cpu_seconds(pid) + time.process_time()
+            start = time.perf_counter()
+            summary = run_ingest(data_dir, lake, spark)
+            seconds = time.perf_counter() - start
+            cpu = _cpu_seconds(pid) + time.process_time() - cpu
+        os.environ.pop(BACKEND_ENV, None)
+        log_bytes = sum(
+            b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
+        )
+        out[summary["backend"]] = {
+            "messages": summary["messages"],
+            "jvm_start_seconds": round(jvm_start, 1),
+            "warm_up_seconds": warm_s.get(backend),
+            "ingest_seconds": round(seconds, 2),
+            "ingest_messages_per_s": round(summary["messages"] / seconds),
+            "ingest_mb_per_s": round(log_bytes / seconds / 1e6, 1),
+            # CPU seconds of the driver, the JVM and its Python workers: on a shared machine
+            # the wall-clock figures above depend on what else runs; this one much less.
+            "ingest_cpu_seconds": round(cpu, 1),
+            "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
+            "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
+            "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
+            "load_average": round(os.getloadavg()[0], 1),
+        }
     spark.stop()
-    return {
-        "messages": summary["messages"],
-        "jvm_start_seconds": round(jvm_start, 1),
-        "ingest_seconds": round(seconds, 2),
-        "ingest_messages_per_s": round(summary["messages"] / seconds),
-        "ingest_mb_per_s": round(log_bytes / seconds / 1e6, 1),
-        # CPU seconds of the driver, the JVM and its Python workers: on a shared machine the
-        # wall-clock figures above depend on what else runs; this one much less.
-        "ingest_cpu_seconds": round(cpu, 1),
-        "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
-        "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
-        "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
-    }
+    return out
 
 
 def main() -> int:
@@ -253,6 +286,7 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=ROOT / "bench-out" / "ingest")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--rss-sizes", default="1000000,4000000", help="two sizes, or 'none'")
+    p.add_argument("--backends", default="native,embedded", help="Delta backends to time")
     p.add_argument("--step", choices=["generate", "ingest"], help=argparse.SUPPRESS)
     args = p.parse_args()
     data = args.work / f"data-{args.messages}"
@@ -262,7 +296,8 @@ def main() -> int:
     if args.step == "generate":
         return 0
     if args.step == "ingest":  # the memory runs: a fresh process that only ingests
-        print(json.dumps(ingest(data, lake, args.master)))
+        (result,) = ingest(data, lake, args.master).values()
+        print(json.dumps(result))
         shutil.rmtree(lake, ignore_errors=True)
         return 0
     tasks = [t for b in discover_brokers(data) for t in plan_log(b, 0).tasks]
@@ -290,13 +325,26 @@ def main() -> int:
     print(
         json.dumps({"stage": "read+parse (median round)", "segment_files": files, **read, **parse})
     )
-    load = os.getloadavg()[0]
-    result = ingest(data, lake, args.master)
-    print(json.dumps({"stage": "ingest", "load_average": load, **result}), flush=True)
-    rows = [
-        ("ingest messages/s", result["ingest_messages_per_s"], f">= 100,000 (load {load:.1f})"),
-        ("ingest MB/s", result["ingest_mb_per_s"], ""),
-        ("ingest messages/CPU-s", result["ingest_messages_per_cpu_s"], "(x2 cores if idle)"),
+    warm_up = args.work / f"data-{WARM_UP_MESSAGES}"
+    make_cluster(warm_up, WARM_UP_MESSAGES, args.size)
+    results = ingest(data, lake, args.master, tuple(args.backends.split(",")), warm_up)
+    rows: list[tuple[str, Any, str]] = []
+    for backend, result in results.items():
+        print(json.dumps({"stage": f"ingest ({backend})", **result}), flush=True)
+        goal = f">= {TARGET_NATIVE:,} " if backend == "native" else ""
+        rows += [
+            (f"{backend}: messages/s", result["ingest_messages_per_s"],
+             f"{goal}(load {result['load_average']})"),
+            (f"{backend}: MB/s", result["ingest_mb_per_s"], ""),
+            (f"{backend}: messages/CPU-s", result["ingest_messages_per_cpu_s"], "(x2 if idle)"),
+        ]  # fmt: skip
+    if {"native", "embedded"} <= set(results):
+        ratio = (
+            results["native"]["ingest_messages_per_s"]
+            / results["embedded"]["ingest_messages_per_s"]
+        )
+        rows.append(("native / embedded", round(ratio, 3), ">= 0.8 (the default vs the other)"))
+    rows += [
         (
             "parse / raw read",
             parse["parse_ratio_to_raw_read"],

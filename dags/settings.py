@@ -17,6 +17,7 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
 | mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
 | mqaudit_audit_every_minutes | 60            | mq_audit's interval: divides 60 (parse time)|
+| mqaudit_vacuum_retention_hours | 168        | VACUUM keeps files younger than this        |
 
 `mqaudit_spark_submit` is read when the DAG files are parsed (it changes the tasks); the
 submitted jobs use the Connection `mqaudit_spark` (a spark:// master, see the provider).
@@ -47,6 +48,7 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_spark_submit": "false",
     "mqaudit_max_send_count": "16",
     "mqaudit_audit_every_minutes": "60",
+    "mqaudit_vacuum_retention_hours": "168",
 }
 
 
@@ -210,13 +212,16 @@ def submitted(task_id: str, args: list[str]) -> Any:
     """A SparkSubmitOperator running `spark_app.py <args>` on the Connection mqaudit_spark."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+    from pipeline.spark_session import delta_conf
+
+    # spark-submit resolves the Delta packages before the application's session exists.
     return SparkSubmitOperator(
         task_id=task_id,
         application=str(Path(__file__).with_name("spark_app.py")),
         application_args=args,
         conn_id=SPARK_CONN,
         name=f"mqaudit-{task_id}",
-        conf={"spark.sql.session.timeZone": "UTC"},
+        conf={**delta_conf(), "spark.sql.session.timeZone": "UTC"},
     )
 
 

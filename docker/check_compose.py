@@ -9,7 +9,8 @@ and depends_on target declared; bind-mount sources, build contexts, Dockerfiles 
 targets present; healthchecks in exec form on every long-running service; no two services
 publishing one host port; fixed addresses inside their subnet and unique; CPU and memory
 limits everywhere. The Dockerfile: COPY sources present, --from stages known, every target
-ending as a non-root user.
+ending as a non-root user. Versions: the images' Delta jars (docker/spark/delta-jars.txt)
+and Spark distribution are those of requirements.lock's delta-spark and pyspark.
 """
 
 from __future__ import annotations
@@ -359,6 +360,66 @@ def structure_problems(doc: dict[str, Any], base: Path = HERE) -> list[str]:
     return problems
 
 
+def _load_fetch_maven_jars() -> Any:
+    """docker/fetch_maven_jars.py's list parser (docker/ is scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_maven_jars", HERE / "fetch_maven_jars.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def locked_versions(lock: Path) -> dict[str, str]:
+    """Package name (lower case, `-` for `_`) -> version, from `name==version` lines."""
+    pins = {}
+    for line in lock.read_text().splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[name.split("[", 1)[0].strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def version_problems(
+    lock: Path = HERE.parent / "requirements.lock",
+    jars: Path = HERE / "spark" / "delta-jars.txt",
+    dockerfile: Path = HERE / "Dockerfile",
+) -> list[str]:
+    """The images' Delta jars and Spark distribution against the lock: delta-spark's jar and
+    delta-storage at the locked delta-spark version, built for the locked pyspark's Spark
+    line and Scala 2.13, and the Spark image of the locked pyspark version."""
+    pins = locked_versions(lock)
+    delta, spark = pins.get("delta-spark"), pins.get("pyspark")
+    if delta is None or spark is None:
+        return [f"{lock.name}: no delta-spark or pyspark pin"]
+    line = ".".join(spark.split(".")[:2])
+    problems = []
+    coords = {
+        (c.group, c.artifact): c.version
+        for c in _load_fetch_maven_jars().parse_list(jars.read_text(), str(jars))
+    }
+    for artifact in (f"delta-spark_{line}_2.13", "delta-storage"):
+        have = coords.get(("io.delta", artifact))
+        if have != delta:
+            problems.append(
+                f"{jars.name}: io.delta:{artifact} is {have or 'missing'}, "
+                f"the lock's delta-spark is {delta}"
+            )
+    for group, artifact in coords:
+        if (
+            group == "io.delta"
+            and artifact.startswith("delta-spark_")
+            and artifact != f"delta-spark_{line}_2.13"
+        ):
+            problems.append(f"{jars.name}: {artifact} is not for Spark {line} / Scala 2.13")
+    image = global_args(parse_dockerfile(dockerfile.read_text())).get("SPARK_IMAGE", "")
+    if not image.partition(":")[2].startswith(f"{spark}-scala2.13-"):
+        problems.append(f"{dockerfile.name}: SPARK_IMAGE {image} is not Spark {spark} / Scala 2.13")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--env", type=Path, default=HERE / ".env", help="the env file")
@@ -373,6 +434,15 @@ def main(argv: list[str] | None = None) -> int:
     builds = [s["build"] for s in doc["services"].values() if isinstance(s.get("build"), dict)]
     targets = {b.get("target", "") for b in builds}
     problems += dockerfile_problems(HERE / "Dockerfile", HERE.parent, targets - {""})
+    problems += version_problems()
+    image = (
+        doc["services"].get("spark-master", {}).get("build", {}).get("args", {}).get("SPARK_IMAGE")
+    )
+    if (
+        image is not None
+        and image != global_args(parse_dockerfile((HERE / "Dockerfile").read_text()))["SPARK_IMAGE"]
+    ):
+        problems.append(f"compose.yaml: SPARK_IMAGE {image} is not the Dockerfile's")
     for problem in problems:
         print(problem, file=sys.stderr)
     print(f"{len(doc['services'])} services checked, {len(problems)} problems", file=sys.stderr)

@@ -124,8 +124,17 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def pom_dependencies(pom: bytes, source: str) -> list[tuple[str, str, str]]:
-    """(group, artifact, version) of the POM's non-optional compile and runtime dependencies."""
+@dataclass(frozen=True)
+class Dependency:
+    group: str
+    artifact: str
+    version: str
+    # (group, artifact) patterns, `*` for any, the dependent excludes from this one's own.
+    exclusions: frozenset[tuple[str, str]] = frozenset()
+
+
+def pom_dependencies(pom: bytes, source: str) -> list[Dependency]:
+    """The POM's non-optional compile and runtime dependencies."""
     try:
         root = ET.fromstring(pom)
     except ET.ParseError as e:
@@ -155,10 +164,27 @@ def pom_dependencies(pom: bytes, source: str) -> list[tuple[str, str, str]]:
             continue
         if not fields.get("version"):
             raise FetchError(f"{source}: {fields.get('artifactId')} has no version")
+        exclusions = frozenset(
+            (
+                resolve((ex.findtext("{*}groupId") or "*").strip()),
+                resolve((ex.findtext("{*}artifactId") or "*").strip()),
+            )
+            for ex in dep.iter()
+            if _local(ex.tag) == "exclusion"
+        )
         deps.append(
-            (resolve(fields["groupId"]), resolve(fields["artifactId"]), resolve(fields["version"]))
+            Dependency(
+                resolve(fields["groupId"]),
+                resolve(fields["artifactId"]),
+                resolve(fields["version"]),
+                exclusions,
+            )
         )
     return deps
+
+
+def _excluded(group: str, artifact: str, patterns: set[tuple[str, str]]) -> bool:
+    return any(g in ("*", group) and a in ("*", artifact) for g, a in patterns)
 
 
 def provided_versions(provided_dir: Path | None) -> dict[str, set[str]]:
@@ -174,11 +200,22 @@ def provided_versions(provided_dir: Path | None) -> dict[str, set[str]]:
 def check_dependencies(
     coords: list[Coordinate], poms: dict[str, bytes], provided: dict[str, set[str]]
 ) -> list[str]:
-    """Problems with the POMs' dependencies (empty: all satisfied); notes go to stderr."""
+    """Problems with the POMs' dependencies (empty: all satisfied); notes go to stderr. A
+    dependency that a listed POM excludes from the one that brings it in is not needed (as
+    Maven and Ivy resolve it)."""
     listed = {(c.group, c.artifact): c.version for c in coords}
+    deps = {c.name: pom_dependencies(poms[c.name], c.name) for c in coords}
+    excluded: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for found in deps.values():
+        for d in found:
+            excluded.setdefault((d.group, d.artifact), set()).update(d.exclusions)
     problems = []
     for coord in coords:
-        for group, artifact, version in pom_dependencies(poms[coord.name], coord.name):
+        skip = excluded.get((coord.group, coord.artifact), set())
+        for dep in deps[coord.name]:
+            group, artifact, version = dep.group, dep.artifact, dep.version
+            if _excluded(group, artifact, skip):
+                continue
             if (group, artifact) in listed:
                 if listed[(group, artifact)] != version:
                     problems.append(

@@ -1,6 +1,7 @@
-"""The embedded backend's side of pipeline.delta_io: parquet data files written by Spark or
-by the Python workers straight from Arrow batches, committed in one delta-rs transaction of
-`add` actions (size, partition values, rows and statistics from the footer), and the table's
+"""The file side of pipeline.delta_io: parquet data files written by Spark or by the Python
+workers straight from Arrow batches, described as `add` actions (size, partition values,
+rows and statistics from the footer), committed in one delta-rs transaction by the embedded
+backend (delta-spark's by the native one: pipeline.delta_native); the table's
 current files (what Spark or, for small tables, pyarrow reads: never delta-rs' own readers,
 which can abort the process at exit: delta-io/delta-rs#2184).
 
@@ -14,6 +15,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -32,6 +34,18 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # What is known of a data file when it is committed (a DataFile row): path (relative to the
 # table root), size, modified (epoch ms), partition_values (JSON), stats (Delta's JSON).
 DataFile = dict[str, Any]
+
+
+def table_exists(path: str) -> bool:
+    return bool(DeltaTable.is_deltatable(path))
+
+
+def txn_version(path: str, app_id: str) -> int | None:
+    """The last `txn` version the table recorded for `app_id` (None: never)."""
+    if not table_exists(path):
+        return None
+    version = DeltaTable(path).transaction_version(app_id)
+    return None if version is None else int(version)
 
 
 def stage_dir(table_path: str) -> str:
@@ -144,9 +158,14 @@ def commit(
     return sum(rows_of(f["stats"]) for f in files)
 
 
-def current_files(path: str) -> tuple[list[str], dict[tuple[str | None, ...], list[str]]]:
-    """(partition columns, data files by partition value) of the table's current version."""
-    dt = DeltaTable(path)
+def current_files(
+    path: str, version: int | None = None, timestamp: datetime | None = None
+) -> tuple[list[str], dict[tuple[str | None, ...], list[str]]]:
+    """(partition columns, data files by partition value) of the table's current version, or
+    of `version`, or of the last version committed at or before `timestamp`."""
+    dt = DeltaTable(path, version=version)
+    if timestamp is not None:
+        dt.load_as_version(timestamp)
     parts = list(dt.metadata().partition_columns)
     groups: dict[tuple[str | None, ...], list[str]] = {}
     for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
@@ -162,7 +181,8 @@ def read_arrow(path: str, schema: StructType) -> pa.Table:
     tables = []
     for key, files in groups.items():
         for file in files:
-            have = set(pq.read_schema(file).names)
+            # Partition values come from the log (some writers also keep them in the file).
+            have = set(pq.read_schema(file).names) - set(parts)
             t = pq.read_table(file, columns=[n for n in target.names if n in have])
             for n in target.names:  # a column added after the file was written: null
                 if n not in have and n not in parts:

@@ -1,30 +1,34 @@
 """All Delta Lake I/O of the pipeline, with two backends behind one small API.
 
-- `embedded` (default here and in CI): delta-rs (`deltalake`) owns the transaction log and
-  Spark does the compute. Large writes: Spark executors write plain parquet files into a
-  fresh directory under the table root (`w-<uuid>/<partition dirs>`) - Spark's writer for a
-  DataFrame, or, for rows made in the Python workers (`append_generated`), the workers
-  themselves with pyarrow in a plain RDD job, so those rows never cross into the JVM - then
-  the driver commits
-  them all in ONE delta-rs commit of `add` actions (sizes, row counts and min/max of numeric
-  columns from the parquet footers; see pipeline.delta_files). Nothing goes through the
-  driver but file names and statistics. A failed job leaves only unreferenced files
-  (vacuum removes them).
-  Reads give Spark the table's current file list (never delta-rs' pyarrow readers, which
-  can abort the process at exit: delta-io/delta-rs#2184).
-- `native`: delta-spark's `format("delta")`, chosen when the Delta classes load in the JVM
-  and the Delta session extension is configured (cluster images with the jars baked in).
+- `native` (the default wherever Delta Lake's jars load; see pipeline.spark_session):
+  delta-spark commits everything. DataFrames: `format("delta")` writes, `DeltaTable.merge`
+  upserts, appends carry `txnAppId`/`txnVersion`. Rows made in the Python workers
+  (`append_generated`) or on the driver (`append_rows`): pyarrow writes the data files
+  there, as for the embedded backend, and delta-spark's transaction commits them with the
+  append's `txn` (pipeline.delta_native).
+- `embedded` (where the jars cannot be fetched, or forced): delta-rs (`deltalake`) owns the
+  transaction log and Spark does the compute. Large writes: Spark executors write plain
+  parquet files into a fresh directory under the table root (`w-<uuid>/<partition dirs>`) -
+  Spark's writer for a DataFrame, or, for rows made in the Python workers
+  (`append_generated`), the workers themselves with pyarrow in a plain RDD job, so those
+  rows never cross into the JVM - then the driver commits them all in ONE delta-rs commit of
+  `add` actions (see pipeline.delta_files). A failed job leaves only unreferenced files
+  (vacuum removes them). Reads give Spark the table's current file list.
 
-Same tables, schemas and semantics in both. Appends carry a Delta `txn` (app id, version):
-an append whose version the table already has is skipped, so re-running a job changes
-nothing. Set MQAUDIT_DELTA_BACKEND=embedded|native to force a backend.
+Same tables, schemas and semantics in both, and each reads, appends to and merges into the
+other's tables. Driver-side look-ups (does the table exist, its `txn` versions, its history,
+small tables as Arrow) go through delta-rs' log reader and pyarrow for either backend: no
+Spark job, and never delta-rs' own pyarrow readers, which can abort the process at exit
+(delta-io/delta-rs#2184). Appends carry a Delta `txn` (app id, version): an append whose
+version the table already has is skipped, so re-running a job changes nothing.
+Set MQAUDIT_DELTA_BACKEND=embedded|native to force a backend.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -45,42 +49,19 @@ from pipeline.delta_files import (
     spark_file_row,
     stage_dir,
 )
+from pipeline.delta_files import table_exists as table_exists  # importers' one name
+from pipeline.delta_files import txn_version as txn_version
+from pipeline.delta_native import commit_files
 from pipeline.schemas import arrow_schema
-from pipeline.spark_tasks import Producer, generated, run_tasks
+from pipeline.spark_session import forced_backend, native_delta_available
+from pipeline.spark_tasks import Producer, run_tasks
 
-BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
 _WRITE_OPTIONS = {"parquet.enable.dictionary#body": "false"}  # 1 KiB bodies never repeat
 
 
-def native_delta_available(spark: SparkSession) -> bool:
-    """Whether delta-spark's classes load in this session's JVM and its extension is on."""
-    try:
-        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)  # type: ignore[union-attr]
-    except Exception:  # py4j raises its own error types for a missing class
-        return False
-    return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
-
-
 def choose_backend(spark: SparkSession) -> str:
-    forced = os.environ.get(BACKEND_ENV)
-    if forced:
-        if forced not in ("embedded", "native"):
-            raise ValueError(f"{BACKEND_ENV} must be embedded or native, got {forced!r}")
-        return forced
-    return "native" if native_delta_available(spark) else "embedded"
-
-
-def table_exists(path: str) -> bool:
-    return bool(DeltaTable.is_deltatable(path))
-
-
-def txn_version(path: str, app_id: str) -> int | None:
-    """The last `txn` version the table recorded for `app_id` (None: never)."""
-    if not table_exists(path):
-        return None
-    version = DeltaTable(path).transaction_version(app_id)
-    return None if version is None else int(version)
+    """The forced backend, else native where the session has Delta Lake, else embedded."""
+    return forced_backend() or ("native" if native_delta_available(spark) else "embedded")
 
 
 def history(path: str) -> list[dict[str, Any]]:
@@ -96,14 +77,27 @@ class DeltaIO:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, path: str, schema: StructType) -> DataFrame:
-        """The table as a DataFrame with exactly `schema`'s columns (empty if no table)."""
+    def read(
+        self,
+        path: str,
+        schema: StructType,
+        version: int | None = None,
+        timestamp: datetime | None = None,
+    ) -> DataFrame:
+        """The table as a DataFrame with exactly `schema`'s columns (empty if no table): its
+        current version, or as of a `version`, or as of a (UTC) `timestamp`."""
         names = [f.name for f in schema.fields]
         if not table_exists(path):
             return self.spark.createDataFrame([], schema)
         if self.backend == "native":
-            return self.spark.read.format("delta").load(path).select(*names)
-        parts, groups = current_files(path)
+            reader = self.spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            if timestamp is not None:
+                at = timestamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+                reader = reader.option("timestampAsOf", at)
+            return reader.load(path).select(*names)
+        parts, groups = current_files(path, version, timestamp)
         data_schema = StructType([f for f in schema.fields if f.name not in parts])
         frames = []
         for key, files in groups.items():
@@ -123,8 +117,6 @@ class DeltaIO:
         columns, read on the driver without a Spark job (empty if no table)."""
         if not table_exists(path):
             return arrow_schema(schema).empty_table()
-        if self.backend == "native":
-            return self.read(path, schema).toArrow().cast(arrow_schema(schema))
         return read_arrow(path, schema)
 
     # -- writes ---------------------------------------------------------------------------
@@ -133,8 +125,10 @@ class DeltaIO:
         """Append a few rows to an unpartitioned table in one commit, from the driver."""
         if not rows:
             return 0
-        if self.backend == "native":
-            return self.append(self.spark.createDataFrame(rows, schema), path, schema)
+        if self.backend == "native":  # a file written here, committed by delta-spark
+            writer = PartitionedWriter(path, stage_dir(path), arrow_schema(schema), ())
+            writer.write(pa.RecordBatch.from_pylist(rows, arrow_schema(schema)))
+            return self._commit(path, schema, (), writer.close(), "append", None)
         write_deltalake(path, pa.Table.from_pylist(rows, arrow_schema(schema)), mode="append")
         return len(rows)
 
@@ -160,9 +154,8 @@ class DeltaIO:
                 added = Schema.from_arrow(arrow_schema(StructType(missing))).fields
                 DeltaTable(path).alter.add_columns(added)
             return
-        if self.backend == "native":
-            empty = self.spark.createDataFrame([], schema)
-            empty.write.format("delta").partitionBy(*partition_by).mode("append").save(path)
+        if self.backend == "native":  # one commit, no Spark job
+            commit_files(self.spark, path, [], schema, partition_by, None)
             return
         delta_schema = Schema.from_arrow(arrow_schema(schema))
         parts = list(partition_by) or None
@@ -184,11 +177,10 @@ class DeltaIO:
                 return -1
         df = df.select(*[f.name for f in schema.fields])
         if self.backend == "native":
-            w = df.write.format("delta").mode("append").partitionBy(*partition_by)
-            if txn is not None:
-                w = w.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
-            w.save(path)
-            return _last_output_rows(self.spark, path)
+            if df.isEmpty():  # Delta would commit an empty version: noise in the history
+                self.ensure_table(path, schema, partition_by)
+                return 0
+            return self._native_append(df, path, partition_by, txn)
         stage, files = self._write_files(df, path, partition_by)
         n = self._commit(path, schema, partition_by, files, "append", txn)
         if n == 0:
@@ -209,16 +201,14 @@ class DeltaIO:
         workers for every task (`slices` Spark tasks, default one per task); returns the rows
         added, or -1 (nothing run) when the table already has `txn`.
 
-        Embedded: the workers write the data files themselves (pyarrow), so the rows never
-        cross into the JVM; the native backend hands them to delta-spark's writer.
+        The workers write the data files themselves (pyarrow), so the rows never cross into
+        the JVM; the driver commits them (delta-spark's transaction on the native backend,
+        delta-rs' on the embedded one: see pipeline.delta_native).
         """
         if txn is not None:
             have = txn_version(path, txn[0])
             if have is not None and have >= txn[1]:
                 return -1
-        if self.backend == "native":
-            df = generated(self.spark, tasks, produce, schema, slices)
-            return self.append(df, path, schema, partition_by, txn)
         stage = stage_dir(path)
         target = arrow_schema(schema)
 
@@ -229,9 +219,9 @@ class DeltaIO:
                     writer.write(out)
             return writer.close()
 
-        files = run_tasks(self.spark, tasks, write, slices)
+        files = run_tasks(self.spark, tasks, write, slices) if tasks else []
         n = self._commit(path, schema, partition_by, files, "append", txn)
-        if n == 0:
+        if n <= 0:
             shutil.rmtree(stage, ignore_errors=True)
         return n
 
@@ -260,7 +250,7 @@ class DeltaIO:
         df = df.select(*[f.name for f in schema.fields])
         if self.backend == "native":
             df.write.format("delta").mode("overwrite").save(path)
-            return _last_output_rows(self.spark, path)
+            return _last_output_rows(path)
         stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
         n = self._commit(path, schema, (), files, mode, None)
@@ -329,7 +319,19 @@ class DeltaIO:
                 shutil.rmtree(stage, ignore_errors=True)
         return n
 
-    # -- embedded internals ---------------------------------------------------------------
+    # -- internals ------------------------------------------------------------------------
+
+    def _native_append(
+        self, df: DataFrame, path: str, partition_by: Sequence[str], txn: tuple[str, int] | None
+    ) -> int:
+        """delta-spark appends `df` in one commit carrying `txn`; returns the rows written."""
+        w = df.write.format("delta").mode("append").partitionBy(*partition_by)
+        for k, v in _WRITE_OPTIONS.items():
+            w = w.option(k, v)
+        if txn is not None:
+            w = w.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
+        w.save(path)
+        return _last_output_rows(path)
 
     def _stage(self, df: DataFrame, stage: str) -> int:
         """Spark writes `df` as plain parquet under `stage`; returns its rows."""
@@ -363,15 +365,15 @@ class DeltaIO:
         if mode == "append" and not sum(rows_of(f["stats"]) for f in files):
             self.ensure_table(path, schema, partition_by)
             return 0
+        if self.backend == "native" and mode == "append":
+            return commit_files(self.spark, path, files, schema, partition_by, txn)
         return commit(path, schema, partition_by, files, mode, txn, partition_filters)
 
 
-def _last_output_rows(spark: SparkSession, path: str) -> int:
+def _last_output_rows(path: str) -> int:
     """Rows the native backend's last commit wrote (its operation metrics)."""
-    from delta.tables import DeltaTable as SparkDeltaTable
-
-    last = SparkDeltaTable.forPath(spark, path).history(1).collect()[0]
-    return int((last["operationMetrics"] or {}).get("numOutputRows", 0))
+    last = DeltaTable(path).history(1)[0]
+    return int((last.get("operationMetrics") or {}).get("numOutputRows", 0))
 
 
 def _sql_str(value: str) -> str:

@@ -13,6 +13,7 @@ class IngestResult(TypedDict):
     lake: str
     brokers: list[dict[str, Any]]  # per broker and source: offsets planned and read
     messages: int
+    readers: list[str]  # the CommitLog decoders the workers loaded: "c", "python"
     appended: dict[str, int]  # rows per table
     quarantine: dict[str, int]  # damaged ranges per reason
     warnings: list[str]

@@ -71,6 +71,7 @@ def run_pipeline(inputs: RunInputs, spark: SparkSession | None = None) -> dict[s
         if step is INGEST:
             ingested = results[INGEST.name]
             summary |= {"ingested_messages": ingested["messages"], "appended": ingested["appended"]}
+            summary |= {"backend": ingested["backend"], "readers": ingested["readers"]}
     seconds["total"] = round(time.monotonic() - started, 3)
     return summary | _outcome(results) | {"ok": True, "seconds": seconds}
 

@@ -1,16 +1,37 @@
 """One way to get a Spark session for the pipeline: UTC, this interpreter for the workers,
-quiet logs, and the SQL settings the transforms rely on."""
+quiet logs, the SQL settings the transforms rely on, and Delta Lake.
+
+Delta Lake comes the standard way: delta-spark's `configure_spark_with_delta_pip` names the
+Maven coordinates matching the installed delta-spark and pyspark (`spark.jars.packages`),
+which Spark resolves through its Ivy cache. Set-up (`make delta-jars`, run by `make venv`)
+fills that cache once, so later sessions start offline. Where the jars are not there (a
+machine that cannot reach Maven Central), sessions start without them and
+pipeline.delta_io falls back to its embedded delta-rs backend; one log line says so.
+MQAUDIT_DELTA_BACKEND=embedded|native forces a backend (native: the jars are fetched if
+missing, and a failure to get them is an error, not a fallback).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MASTER = "local[2]"
+BACKEND_ENV = "MQAUDIT_DELTA_BACKEND"
+BACKENDS = ("native", "embedded")
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# Spark's default Ivy home since 4.0 (SparkSubmit's --packages); `spark.jars.ivy` moves it.
+DEFAULT_IVY_HOME = Path("~/.ivy2.5.2")
 
 # Settings the pipeline's transforms rely on, applied to any session it is handed.
 SQL_CONF = {
@@ -22,6 +43,84 @@ SQL_CONF = {
     # rows by partition first (a sort of every 1 KiB body).
     "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
+# Delta's settings for the lake: a table's state is read with a few tasks, not 50 (the
+# tables' logs are small; 50 tasks cost seconds per read on two cores).
+DELTA_SQL_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+def forced_backend() -> str | None:
+    """The backend MQAUDIT_DELTA_BACKEND forces (None: chosen by what loads)."""
+    forced = os.environ.get(BACKEND_ENV) or None
+    if forced is not None and forced not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV} must be embedded or native, got {forced!r}")
+    return forced
+
+
+def delta_packages() -> str:
+    """The Maven coordinates of Delta Lake for the installed delta-spark and pyspark, as
+    delta-spark's own configure_spark_with_delta_pip names them."""
+    from delta.pip_utils import configure_spark_with_delta_pip
+
+    builder = configure_spark_with_delta_pip(SparkSession.Builder())
+    return str(builder._options["spark.jars.packages"])
+
+
+def _jar_names(packages: str) -> list[str]:
+    """`artifact-version.jar` of each `group:artifact:version` coordinate."""
+    names = []
+    for coord in packages.split(","):
+        _, artifact, version = coord.split(":")
+        names.append(f"{artifact}-{version}.jar")
+    return names
+
+
+def _ivy_cache_has(packages: str, ivy_home: Path) -> bool:
+    cache = ivy_home.expanduser() / "cache"
+    for coord, name in zip(packages.split(","), _jar_names(packages), strict=True):
+        group, artifact, _ = coord.split(":")
+        if not (cache / group / artifact / "jars" / name).is_file():
+            return False
+    return True
+
+
+def _provided(packages: str) -> bool:
+    """Whether Spark's own jars directory already holds Delta (the images bake it in)."""
+    dirs = [Path(pyspark.__file__).parent / "jars"]
+    if os.environ.get("SPARK_HOME"):
+        dirs.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    return any((d / _jar_names(packages)[0]).is_file() for d in dirs)
+
+
+def delta_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings that give a new session (or a spark-submit) Delta Lake: the packages
+    when the Ivy cache has them (or the backend is forced native), nothing of the packages
+    when Spark's jars directory has Delta already, and {} when the jars are missing (logged
+    once per call, unless the embedded backend is forced). Where the jars are there, a
+    session has them even with the embedded backend forced: a JVM loads its jars once, at
+    its start, and the next session of the process may want the native backend."""
+    forced = forced_backend()
+    packages = delta_packages()
+    out = {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    }
+    out.update(DELTA_SQL_CONF)
+    if _provided(packages):
+        return out
+    ivy_home = Path((conf or {}).get("spark.jars.ivy") or DEFAULT_IVY_HOME)
+    if forced == "native" or _ivy_cache_has(packages, ivy_home):
+        return {"spark.jars.packages": packages, **out}
+    if forced == "embedded":  # as asked: nothing to say
+        return {}
+    log.warning(
+        "Delta Lake jars (%s) are not in the Ivy cache %s ('make delta-jars' fetches them): "
+        "using the embedded delta-rs backend",
+        packages,
+        ivy_home,
+    )
+    return {}
 
 
 def build_spark(
@@ -31,15 +130,18 @@ def build_spark(
     # Workers must run this interpreter (the one with the package and pyarrow installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app)
+    # Under spark-submit (its JVM hands this process a gateway) the submit's --master wins:
+    # the command line's default local[2] must not turn a cluster job into a local one.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
     builder = (
-        SparkSession.builder.appName(app)
-        .master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
-    for key, value in {**SQL_CONF, **(conf or {})}.items():
+    for key, value in {**SQL_CONF, **delta_conf(conf), **(conf or {})}.items():
         builder = builder.config(key, value)
     with _child_stdout_to_stderr():
         spark = builder.getOrCreate()
@@ -66,3 +168,36 @@ def apply_sql_conf(spark: SparkSession) -> None:
     """Make a session handed in from outside (Airflow, a notebook) behave as ours."""
     for key, value in SQL_CONF.items():
         spark.conf.set(key, value)
+
+
+def native_delta_available(spark: SparkSession) -> bool:
+    """Whether delta-spark's classes load in this session's JVM and its extension is on."""
+    try:
+        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[union-attr]
+        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)  # type: ignore[union-attr]
+    except Exception:  # py4j raises its own error types for a missing class
+        return False
+    return DELTA_EXTENSION in (spark.conf.get("spark.sql.extensions", "") or "")
+
+
+def fetch_delta_jars() -> int:
+    """Set-up: resolve Delta Lake's packages into the Ivy cache (a session started with
+    them) and check the classes load; 0 when they do."""
+    os.environ[BACKEND_ENV] = "native"
+    try:
+        spark = build_spark("mqaudit-fetch-delta-jars", "local[1]")
+    except Exception as e:  # the JVM did not start: no network and no cache
+        print(f"delta-jars: could not get {delta_packages()}: {e}", file=sys.stderr)
+        return 1
+    try:
+        ok = native_delta_available(spark)
+    finally:
+        spark.stop()
+    print(f"delta-jars: {delta_packages()} {'in the Ivy cache' if ok else 'did not load'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["fetch-delta-jars"]:
+        sys.exit("usage: python -m pipeline.spark_session fetch-delta-jars")
+    sys.exit(fetch_delta_jars())

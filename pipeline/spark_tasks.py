@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import SparkSession
 
 # Makes one task's batches in a worker: see DeltaIO.append_generated.
 Producer = Callable[[dict[str, Any]], Iterator[pa.RecordBatch]]
@@ -31,28 +30,6 @@ def run_tasks(
         return fn(part)
 
     return spark.sparkContext.parallelize(list(tasks), n).mapPartitions(run).collect()
-
-
-def generated(
-    spark: SparkSession,
-    tasks: Sequence[dict[str, Any]],
-    produce: Producer,
-    schema: StructType,
-    slices: int | None = None,
-) -> DataFrame:
-    """The `schema` batches `produce` makes for each task in the Python workers, as a
-    DataFrame (`slices` Spark tasks, default one per task). The tasks travel in the closure
-    and the Spark tasks get their indexes from `range` (a JVM source)."""
-    items = list(tasks)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _freeze_old_objects()
-        for b in batches:
-            for i in b.column("id").to_pylist():
-                yield from produce(items[i])
-
-    ids = spark.range(0, len(items), 1, max(1, min(len(items), slices or len(items))))
-    return ids.mapInArrow(run, schema)
 
 
 _frozen = False

@@ -13,11 +13,20 @@ import pytest
 
 from broker_runtime.common.config import StoreConfig
 
-# Session-wide PostgreSQL, Redis and RabbitMQ servers (postgres_url, redis_url, rabbit_node).
-pytest_plugins = ["tests.db_servers", "tests.rabbitmq"]
+# Session-wide PostgreSQL, Redis and RabbitMQ servers (postgres_url, redis_url, rabbit_node); a
+# Spark standalone cluster per test module that asks for one (fixture spark_cluster).
+pytest_plugins = ["tests.db_servers", "tests.rabbitmq", "tests.spark_cluster"]
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+
+# The tests' Delta backend: the embedded one (delta-rs), forced here for every test and every
+# process a test starts, except in the test files marked `native_delta`, which run with the
+# product's default (the native delta-spark backend where its jars load: tests of both
+# backends, on each other's tables, the Spark cluster, spark-submit DAG runs and a native
+# pipeline run). A whole suite on the native backend costs more than the suite's time budget
+# on CI's two cores (README.md, "Tests"); `make test-native` runs it anyway.
+DELTA_BACKEND = os.environ.setdefault("MQAUDIT_DELTA_BACKEND", "embedded")
 
 
 @pytest.fixture
@@ -40,6 +49,7 @@ LONGEST_FIRST = (
     "tests/integration/test_demo.py",
     "tests/integration/test_audit_truth.py",
     "tests/dags/test_dag_runs.py",
+    "tests/dags/test_spark_cluster.py",
 )
 
 
@@ -49,6 +59,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file, and of the others, is kept
+
+
+@pytest.fixture(scope="module", autouse=True)
+def delta_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The Delta backend of this test file: the product's default in files marked
+    `native_delta`, else the suite's (MQAUDIT_DELTA_BACKEND, embedded unless set)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if request.node.get_closest_marker("native_delta") is not None:
+            mp.delenv("MQAUDIT_DELTA_BACKEND", raising=False)
+        yield os.environ.get("MQAUDIT_DELTA_BACKEND", "default")
 
 
 _FAILED = pytest.StashKey[bool]()

@@ -54,8 +54,15 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_
             proc.wait()
 
 
-def _wait_until(ready: Any, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_until(
+    ready: Any,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    what: str,
+    timeout_s: float = START_TIMEOUT_S,
+) -> None:
+    """Poll `ready()` until true; fail with the log's tail if `proc` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
@@ -63,7 +70,7 @@ def _wait_until(ready: Any, proc: subprocess.Popen[bytes], log: Path, what: str)
             return
         time.sleep(0.05)
     stop_process(proc)
-    raise RuntimeError(f"{what} not ready in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"{what} not ready in {timeout_s} s:\n{log.read_text()[-3000:]}")
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -127,7 +134,7 @@ def postgres_server() -> Iterator[str]:
                 stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root, **as_user,
             )  # fmt: skip
         url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-        _wait_until(lambda: _pg_ready(port), proc, log, "postgres")
+        wait_until(lambda: _pg_ready(port), proc, log, "postgres")
         yield url
     finally:
         if proc is not None:
@@ -190,7 +197,7 @@ def redis_server() -> Iterator[str]:
                 stdout=out, stderr=subprocess.STDOUT, cwd=root,
             )  # fmt: skip
         url = f"redis://127.0.0.1:{port}/0"
-        _wait_until(lambda: _redis_ready(url), proc, log, "redis-server")
+        wait_until(lambda: _redis_ready(url), proc, log, "redis-server")
         yield url
     finally:
         if proc is not None:

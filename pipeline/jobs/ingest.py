@@ -24,6 +24,7 @@ from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import ingest_state
+from pipeline.jobs.maintenance import lake_lock
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
@@ -57,7 +58,8 @@ def run_ingest(
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
     job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
-    return job.run(brokers, ledger_url, range_bytes, started)
+    with lake_lock(lake):  # never beside a maintenance run's VACUUM
+        return job.run(brokers, ledger_url, range_bytes, started)
 
 
 def ingest_ledgers(
@@ -106,6 +108,7 @@ class _Ingest:
         self.quarantine: list[dict[str, Any]] = []
         self.results: dict[Key, dict[str, int]] = {}
         self.appended: dict[str, int] = {}
+        self.readers: list[str] = []  # the decoders the workers loaded ("c", "python")
 
     def path(self, name: str) -> str:
         return table_path(self.lake, name)
@@ -211,6 +214,7 @@ class _Ingest:
             n = ingest_log(self.io, tasks, self.path("messages"), plan.run, acc)
         self.appended["messages"] = max(n, 0)
         summaries: Summaries = dict(acc.value)
+        self.readers = sorted({s["reader"] for s in summaries.values()})
         self.say(line())
         for item in items:
             mine = [
@@ -379,6 +383,7 @@ class _Ingest:
                 for i in plan.items
             ],
             "messages": messages,
+            "readers": self.readers,
             "appended": self.appended,
             "quarantine": reasons,
             "warnings": self.warnings,

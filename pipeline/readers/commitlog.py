@@ -21,7 +21,7 @@ import pyarrow as pa
 from broker_runtime.store.mapped_file import NAME_DIGITS
 from broker_runtime.store.segment_scan import BadRange, nonzero_at
 from pipeline.readers.segments import SegmentWalker, WalkResult
-from pipeline.readers.unit_batch import file_reader
+from pipeline.readers.unit_batch import IMPLEMENTATION, file_reader
 
 DEFAULT_RANGE_BYTES = 64 << 20
 
@@ -180,6 +180,7 @@ def summary(task: RangeTask, result: WalkResult) -> dict[str, Any]:
         "file_from": task.file_from,
         "start": task.file_from + task.start,
         "bytes": task.stop - task.start,
+        "reader": IMPLEMENTATION,  # the decoder the worker that read the range loaded
         "units": result.units,
         "unit_bytes": result.unit_bytes,
         "end": task.file_from + result.end if result.end >= 0 else -1,

@@ -1,4 +1,4 @@
-"""The DAG files import cleanly, define the four DAGs with their contracts, and refuse bad
+"""The DAG files import cleanly, define the five DAGs with their contracts, and refuse bad
 replay parameters before any task that reads or sends runs."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 
 pytestmark = [pytest.mark.airflow, *AIRFLOW_WARNINGS]
 
-DAG_IDS = {"mq_audit", "mq_retry_resend", "mq_dlq_report", "mq_dlq_replay"}
+DAG_IDS = {"mq_audit", "mq_retry_resend", "mq_dlq_report", "mq_dlq_replay", "mq_lake_maintenance"}
 REPLAY_PARAMS = {
     "group": "string",
     "topic": ["null", "string"],
@@ -29,7 +29,7 @@ REPLAY_PARAMS = {
 }
 
 
-def test_no_import_errors_and_the_four_dags(dagbag: Any) -> None:
+def test_no_import_errors_and_the_five_dags(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
     assert set(dagbag.dags) == DAG_IDS
     loaded = {stat.file for stat in dagbag.dagbag_stats}
@@ -49,6 +49,7 @@ def test_schedules_and_safety_settings(dagbag: Any) -> None:
         "mq_audit": "0 * * * *",
         "mq_retry_resend": "*/15 * * * *",
         "mq_dlq_report": "0 6 * * *",
+        "mq_lake_maintenance": "30 3 * * *",
     }
     assert [t.task_id for t in dagbag.dags["mq_audit"].topological_sort()] == [
         "ingest",

@@ -26,7 +26,7 @@ from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import build_spark
 from tests.integration.audit_data import build_data_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.native_delta]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,7 @@ def test_a_failed_gate_stops_the_run_before_the_audit(
     summary = _last_json_line(out)
     assert (summary["ok"], summary["failed_step"]) == (False, "validate")
     assert summary["ingested_messages"] > 0 and Path(summary["data_docs"]).is_file()
+    assert summary["backend"] == "native"  # this file runs on the default backend
     assert not any(table_exists(table_path(dirs.lake, t)) for t in AUDIT_TABLES)  # no audit
     assert not dirs.out.exists()
 

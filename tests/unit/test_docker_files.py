@@ -231,15 +231,38 @@ def test_images_match_the_locked_python_and_spark() -> None:
 
 
 def test_delta_jars_are_the_installed_delta_spark_ones() -> None:
-    """The coordinates delta-spark's pip_utils.configure_spark_with_delta_pip would ask for."""
+    """The coordinates delta-spark's pip_utils.configure_spark_with_delta_pip would ask for,
+    as the Spark session builder asks for them, and the lock's versions."""
+    from pipeline.spark_session import delta_packages
+
     fetch = load_module("fetch_maven_jars")
-    coords = fetch.parse_list((DOCKER / "spark" / "delta-jars.txt").read_text())
+    coords = {c.name for c in fetch.parse_list((DOCKER / "spark" / "delta-jars.txt").read_text())}
     delta, spark = version("delta_spark"), version("pyspark")
     spark_line = ".".join(spark.split(".")[:2])
-    assert {c.name for c in coords} == {
-        f"io.delta:delta-spark_{spark_line}_2.13:{delta}",
-        f"io.delta:delta-storage:{delta}",
-    }
+    wanted = {f"io.delta:delta-spark_{spark_line}_2.13:{delta}", f"io.delta:delta-storage:{delta}"}
+    assert wanted <= coords
+    assert set(delta_packages().split(",")) <= coords
+    assert cc.version_problems() == []
+
+
+def test_version_check_names_a_delta_jar_or_spark_image_off_the_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# pins\ndelta_spark==9.9.9\npyspark==4.2.0\n")
+    problems = cc.version_problems(lock=lock)
+    assert problems == [
+        "delta-jars.txt: io.delta:delta-spark_4.2_2.13 is "
+        f"{version('delta_spark')}, the lock's delta-spark is 9.9.9",
+        f"delta-jars.txt: io.delta:delta-storage is {version('delta_spark')}, "
+        "the lock's delta-spark is 9.9.9",
+    ]
+    lock.write_text(f"delta-spark=={version('delta_spark')}\npyspark==4.1.1\n")
+    assert cc.version_problems(lock=lock) == [
+        "delta-jars.txt: io.delta:delta-spark_4.1_2.13 is missing, "
+        f"the lock's delta-spark is {version('delta_spark')}",
+        "delta-jars.txt: delta-spark_4.2_2.13 is not for Spark 4.1 / Scala 2.13",
+        "Dockerfile: SPARK_IMAGE apache/spark:4.2.0-scala2.13-java17-ubuntu is not "
+        "Spark 4.1.1 / Scala 2.13",
+    ]
 
 
 def test_paths_the_compose_file_runs_are_in_the_image(compose: dict[str, Any]) -> None:

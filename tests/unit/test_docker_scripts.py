@@ -157,6 +157,26 @@ def test_fetch_refuses(served: tuple[Path, str], tmp_path: Path, fault: str) -> 
     assert not (tmp_path / "out").exists()  # nothing written unless everything checks out
 
 
+@pytest.mark.parametrize("excluded", [True, False])
+def test_a_dependency_excluded_by_its_dependent_is_not_needed(
+    served: tuple[Path, str], tmp_path: Path, excluded: bool
+) -> None:
+    """As Maven and Ivy resolve: delta-spark brings delta-storage without its com.example
+    dependencies, so those need not be listed."""
+    root, url = served
+    x = "<exclusions><exclusion><groupId>com.example</groupId><artifactId>*</artifactId>"
+    x += "</exclusion></exclusions>"
+    storage = DEP.format(g="io.delta", a="delta-storage", v="4.4.1", x=x if excluded else "")
+    publish(root, "delta-spark_4.2_2.13", b"delta-spark jar bytes", storage)
+    publish(root, "delta-storage", b"storage", DEP.format(g="com.example", a="uc", v="1", x=""))
+    done = run_fetch(url, LISTING, tmp_path)
+    if excluded:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 1
+        assert "needs com.example:uc:1, which is neither listed" in done.stderr
+
+
 def test_fetch_refuses_a_malformed_list(tmp_path: Path) -> None:
     done = run_fetch("http://127.0.0.1:9", "io.delta:delta-spark\n", tmp_path)
     assert done.returncode == 2

@@ -33,7 +33,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("lake: catalog, schemas, Spark and Delta I/O", (
         "pipeline", "pipeline.schemas", "pipeline.audit_schemas", "pipeline.lake",
         "pipeline.spark_session", "pipeline.spark_tasks", "pipeline.delta_io",
-        "pipeline.delta_files",
+        "pipeline.delta_files", "pipeline.delta_native",
     )),
     ("lake: readers and transforms", ("pipeline.readers", "pipeline.transforms")),
     ("lake: remediation and reports", ("pipeline.remediation", "pipeline.reports")),

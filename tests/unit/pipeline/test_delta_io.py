@@ -1,7 +1,10 @@
-"""Delta I/O: backend choice, idempotent appends, partition overwrite, upserts, odd values."""
+"""Delta I/O on both backends: backend choice, idempotent appends, partition overwrite,
+upserts, odd values, and each backend reading, appending to and merging into the other's
+tables."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +12,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from pipeline import delta_io
-from pipeline.delta_io import DeltaIO, choose_backend, history, native_delta_available, txn_version
+from pipeline import spark_session
+from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
 from pipeline.schemas import struct_of
+from pipeline.spark_session import BACKEND_ENV, delta_conf, delta_packages, native_delta_available
 
 SCHEMA = struct_of("k:long, part:str, v:str, m:map")
 
@@ -62,7 +66,7 @@ EXT = "io.delta.sql.DeltaSparkSessionExtension"
 def test_native_backend_needs_the_classes_and_the_extension(
     has_delta: bool, extensions: str | None, native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(delta_io.BACKEND_ENV, raising=False)
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
     spark: Any = _Spark(has_delta, extensions)
     assert native_delta_available(spark) is native
     assert choose_backend(spark) == ("native" if native else "embedded")
@@ -70,17 +74,60 @@ def test_native_backend_needs_the_classes_and_the_extension(
 
 def test_backend_can_be_forced_and_a_bad_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     spark: Any = _Spark(False, None)
-    monkeypatch.setenv(delta_io.BACKEND_ENV, "native")
+    monkeypatch.setenv(BACKEND_ENV, "native")
     assert choose_backend(spark) == "native"
-    monkeypatch.setenv(delta_io.BACKEND_ENV, "fast")
+    monkeypatch.setenv(BACKEND_ENV, "embedded")
+    assert choose_backend(_Spark(True, EXT)) == "embedded"
+    monkeypatch.setenv(BACKEND_ENV, "fast")
     with pytest.raises(ValueError, match="embedded or native"):
         choose_backend(spark)
 
 
+def test_sessions_get_the_cached_delta_jars_or_fall_back_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    packages = delta_packages()
+    assert packages.startswith("io.delta:delta-spark_") and ":" in packages
+    ivy = tmp_path / "ivy"
+    with caplog.at_level("WARNING", logger=spark_session.__name__):
+        assert delta_conf({"spark.jars.ivy": str(ivy)}) == {}  # nothing cached there
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Delta Lake jars ({packages}) are not in the Ivy cache {ivy} ('make delta-jars' "
+        "fetches them): using the embedded delta-rs backend"
+    ]
+    for coord in packages.split(","):
+        group, artifact, version = coord.split(":")
+        jar = ivy / "cache" / group / artifact / "jars" / f"{artifact}-{version}.jar"
+        jar.parent.mkdir(parents=True)
+        jar.touch()
+    conf = delta_conf({"spark.jars.ivy": str(ivy)})
+    assert conf["spark.jars.packages"] == packages
+    assert conf["spark.sql.extensions"] == EXT
+    # Embedded forced: the cached jars still load (the process's next session may want
+    # them), and where there are none, nothing is said.
+    monkeypatch.setenv(BACKEND_ENV, "embedded")
+    assert delta_conf({"spark.jars.ivy": str(ivy)})["spark.jars.packages"] == packages
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=spark_session.__name__):
+        assert delta_conf({"spark.jars.ivy": str(tmp_path / "empty")}) == {}
+    assert caplog.records == []
+    monkeypatch.setenv(BACKEND_ENV, "native")  # forced: fetched if missing, never skipped
+    assert delta_conf({"spark.jars.ivy": str(tmp_path / "empty")})["spark.jars.packages"]
+
+
 @pytest.mark.slow
-def test_local_session_uses_the_embedded_backend(spark: SparkSession) -> None:
-    assert not native_delta_available(spark)
-    assert DeltaIO(spark).backend == "embedded"
+def test_the_test_session_has_delta_lake_and_uses_the_native_backend(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    assert native_delta_available(spark)
+    assert DeltaIO(spark).backend == "native"
+
+
+@pytest.fixture(params=["native", "embedded"])
+def io(request: pytest.FixtureRequest, spark: SparkSession) -> DeltaIO:
+    return DeltaIO(spark, request.param)
 
 
 def _df(spark: SparkSession, rows: list[tuple[Any, ...]]) -> Any:
@@ -91,8 +138,10 @@ ODD = "%RETRY%g/x=y z:ü"  # characters Spark escapes in partition directory nam
 
 
 @pytest.mark.slow
-def test_append_with_a_txn_happens_once_and_reads_back(spark: SparkSession, tmp_path: Path) -> None:
-    io, path = DeltaIO(spark), str(tmp_path / "t")
+def test_append_with_a_txn_happens_once_and_reads_back(
+    io: DeltaIO, spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
     rows = [(1, ODD, "a", {"x": "1"}), (2, "plain", None, {}), (3, None, "c", None)]
     assert io.append(_df(spark, rows), path, SCHEMA, ["part"], txn=("app", 1)) == 3
     assert io.append(_df(spark, rows), path, SCHEMA, ["part"], txn=("app", 1)) == -1
@@ -106,9 +155,9 @@ def test_append_with_a_txn_happens_once_and_reads_back(spark: SparkSession, tmp_
 
 @pytest.mark.slow
 def test_overwrite_partitions_replaces_only_that_partition(
-    spark: SparkSession, tmp_path: Path
+    io: DeltaIO, spark: SparkSession, tmp_path: Path
 ) -> None:
-    io, path = DeltaIO(spark), str(tmp_path / "t")
+    path = str(tmp_path / "t")
     io.append(_df(spark, [(1, "a", "old", None), (2, "b", "keep", None)]), path, SCHEMA, ["part"])
     io.overwrite_partitions(
         _df(spark, [(3, "a", "new", None)]), path, SCHEMA, ["part"], {"part": "a"}
@@ -119,10 +168,10 @@ def test_overwrite_partitions_replaces_only_that_partition(
 
 @pytest.mark.slow
 def test_merge_upsert_updates_inserts_deletes_and_skips_no_change(
-    spark: SparkSession, tmp_path: Path
+    io: DeltaIO, spark: SparkSession, tmp_path: Path
 ) -> None:
     schema = struct_of("k:long, v:str, final:bool")
-    io, path = DeltaIO(spark), str(tmp_path / "t")
+    path = str(tmp_path / "t")
     first = [(1, "a", True), (2, "b", False), (3, "c", False)]
     assert io.merge_upsert(spark.createDataFrame(first, schema), path, schema, ["k"]) == 3
     version = len(history(path))
@@ -152,9 +201,9 @@ def _made(task: dict[str, Any]) -> Any:
 
 @pytest.mark.slow
 def test_rows_made_in_the_workers_are_appended_once_and_read_back(
-    spark: SparkSession, tmp_path: Path
+    io: DeltaIO, tmp_path: Path
 ) -> None:
-    io, path = DeltaIO(spark), str(tmp_path / "t")
+    path = str(tmp_path / "t")
     tasks = [{"lo": 0, "hi": 10}, {"lo": 10, "hi": 13}, {"lo": 13, "hi": 13}]
     assert io.append_generated(tasks, _made, path, SCHEMA, ["part"], txn=("app", 1)) == 13
     assert io.append_generated(tasks, _made, path, SCHEMA, ["part"], txn=("app", 1)) == -1
@@ -174,10 +223,10 @@ def test_rows_made_in_the_workers_are_appended_once_and_read_back(
 
 @pytest.mark.slow
 def test_small_tables_are_written_from_the_driver_and_older_ones_gain_columns(
-    spark: SparkSession, tmp_path: Path
+    io: DeltaIO, tmp_path: Path
 ) -> None:
     old, new = struct_of("k:long, v:str"), struct_of("k:long, v:str, added:long")
-    io, path = DeltaIO(spark), str(tmp_path / "t")
+    path = str(tmp_path / "t")
     io.ensure_table(path, old)
     assert io.append_rows([{"k": 1, "v": "a"}], path, old) == 1
     io.ensure_table(path, new)  # a table made before `added` existed
@@ -189,3 +238,45 @@ def test_small_tables_are_written_from_the_driver_and_older_ones_gain_columns(
     io.replace_rows([{"k": 3, "v": "c", "added": 1}], path, new)
     assert io.read_small(path, new).to_pylist() == [{"k": 3, "v": "c", "added": 1}]
     assert len(history(path)) == 5  # create, append, add column, append, overwrite
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "second"), [("native", "embedded"), ("embedded", "native")])
+def test_each_backend_appends_to_and_merges_into_the_others_tables(
+    spark: SparkSession, tmp_path: Path, first: str, second: str
+) -> None:
+    a, b = DeltaIO(spark, first), DeltaIO(spark, second)
+    path = str(tmp_path / "t")
+    rows = [(1, ODD, "a", {"x": "1"}), (2, None, "b", None)]
+    assert a.append(_df(spark, rows[:1]), path, SCHEMA, ["part"], txn=("app", 1)) == 1
+    assert b.append(_df(spark, rows[1:]), path, SCHEMA, ["part"], txn=("app", 2)) == 1
+    assert a.append(_df(spark, rows), path, SCHEMA, ["part"], txn=("app", 2)) == -1  # b's txn
+    assert txn_version(path, "app") == 2
+    for io in (a, b):
+        assert (
+            sorted((tuple(r) for r in io.read(path, SCHEMA).collect()), key=lambda r: r[0]) == rows
+        )
+        small = sorted(io.read_small(path, SCHEMA).to_pylist(), key=lambda r: r["k"])
+        assert [(r["k"], r["part"], r["v"]) for r in small] == [r[:3] for r in rows]
+        first_version = io.read(path, SCHEMA, version=0).collect()
+        assert [tuple(r) for r in first_version] == rows[:1]
+    schema = struct_of("k:long, v:str, final:bool")
+    keyed = str(tmp_path / "keyed")
+    start = [(1, "a", True), (2, "b", False)]
+    assert a.merge_upsert(spark.createDataFrame(start, schema), keyed, schema, ["k"]) == 2
+    change = spark.createDataFrame([(1, "A", True), (3, "c", True)], schema)
+    assert (
+        b.merge_upsert(change, keyed, schema, ["k"], delete_unmatched=lambda p: f"NOT {p}final")
+        == 2
+    )
+    assert a.merge_upsert(change, keyed, schema, ["k"]) == 0  # b's result is a's no-op
+    want = [(1, "A", True), (3, "c", True)]
+    for io in (a, b):
+        assert sorted(tuple(r) for r in io.read(keyed, schema).collect()) == want
+    ops = [h["operation"] for h in reversed(history(keyed))]
+    assert len(ops) == 2 and ops[-1] == "MERGE", ops  # the first write's commit is kept
+    # Between the two commits, by their log files' times (what both backends go by).
+    log = [tmp_path / "keyed" / "_delta_log" / f"{v:020d}.json" for v in (0, 1)]
+    at = datetime.fromtimestamp(sum(f.stat().st_mtime for f in log) / 2, UTC)
+    for io in (a, b):
+        assert sorted(tuple(r) for r in io.read(keyed, schema, timestamp=at).collect()) == start

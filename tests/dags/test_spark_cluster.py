@@ -1,0 +1,150 @@
+"""The pipeline on a real Spark standalone cluster (a master and two workers started by the
+tests, shared by this file's tests): `mqaudit pipeline run --spark-master spark://...` gives
+the same lake, rows and findings, as `local[2]`, with its executors on the workers and the C
+reader loaded in them; and mq_audit with mqaudit_spark_submit=true runs end to end through
+`dag.test()`, each Spark step a SparkSubmitOperator application on that master."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from broker_runtime.cli.main import main
+from pipeline.delta_io import DeltaIO, table_exists
+from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
+from pipeline.spark_session import build_spark
+from tests.conftest import mqaudit_cmd
+from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
+from tests.integration.audit_data import build_data_dir
+from tests.integration.test_audit_pipeline import T0
+from tests.spark_cluster import SparkCluster
+
+# A cluster to start and two pipeline runs, one in a driver process of its own.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.native_delta,
+    pytest.mark.integration,
+    pytest.mark.airflow,
+    pytest.mark.timeout(1800),
+    *AIRFLOW_WARNINGS,
+]
+AS_OF = T0 + 3_600_000  # one audit time for both runs
+VOLATILE = {"created_at"}  # the ingest checkpoint's wall clock
+
+
+def _run_args(data_dir: Path, root: Path) -> list[str]:
+    return [
+        *("pipeline", "run", "--data-dir", str(data_dir), "--lake", str(root / "lake")),
+        *("--out", str(root / "out"), "--as-of", str(AS_OF), "--quiet"),
+    ]
+
+
+def _rows(spark: SparkSession, lake: Path, name: str, schema: Any) -> list[tuple[Any, ...]]:
+    names = [f.name for f in schema.fields if f.name not in VOLATILE]
+    df = DeltaIO(spark).read(table_path(lake, name), schema).select(*names)
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return build_spark("mqaudit-tests", "local[2]")  # the session the other tests share
+
+
+@pytest.fixture(scope="module")
+def runs(
+    spark: SparkSession, spark_cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("cluster-run")
+    data_dir = build_data_dir(root)
+    local, cluster = root / "local", root / "cluster"
+    # On the cluster: a driver process of its own (this one has its local session).
+    done = subprocess.run(
+        mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
+        capture_output=True,
+        text=True,
+        env=spark_cluster.env(),
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    on_cluster = json.loads(done.stdout.strip().splitlines()[-1])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*_run_args(data_dir, local), "--spark-master", "local[2]"]) == 0
+    in_process = json.loads(out.getvalue().strip().splitlines()[-1])
+    return {"local": (local / "lake", in_process), "cluster": (cluster / "lake", on_cluster)}
+
+
+def test_the_cluster_run_had_executors_on_both_workers_with_the_c_reader(
+    spark_cluster: SparkCluster, runs: dict[str, tuple[Path, dict[str, Any]]]
+) -> None:
+    summary = runs["cluster"][1]
+    assert summary["ok"] and summary["backend"] == "native"
+    assert summary["readers"] == ["c"]  # every range was decoded by the C kernel
+    apps = [a for a in spark_cluster.state()["completedapps"] if a["name"] == "mqaudit-run"]
+    assert len(apps) == 1, apps
+    executors = spark_cluster.executors(apps[0]["id"])
+    workers = {w["id"] for w in spark_cluster.state()["workers"]}
+    assert set(executors) == workers, executors  # each worker ran executors of the run
+    print(f"app {apps[0]['id']}: executors by worker {executors}")
+
+
+def test_the_cluster_gives_the_same_lake_as_local(
+    spark: SparkSession, runs: dict[str, tuple[Path, dict[str, Any]]]
+) -> None:
+    (local, here), (cluster, there) = runs["local"], runs["cluster"]
+    for key in ("ingested_messages", "appended", "audit_rows", "audit_gates", "problems"):
+        assert here[key] == there[key], key
+    assert here["ingested_messages"] > 0
+    for name, schema in {**INGESTED_TABLES, **AUDIT_TABLES}.items():
+        assert _rows(spark, local, name, schema) == _rows(spark, cluster, name, schema), name
+
+
+def test_mq_audit_through_spark_submit_on_the_cluster(
+    spark_cluster: SparkCluster,
+    airflow_db: Path,
+    variables: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    data_dir = build_data_dir(tmp_path)
+    lake, reports = tmp_path / "lake", tmp_path / "reports"
+    variables(
+        mqaudit_spark_submit="true",
+        mqaudit_data_dir=data_dir,
+        mqaudit_lake=lake,
+        mqaudit_reports=reports,
+    )
+    host, port = spark_cluster.url.rsplit(":", 1)
+    conn = {"conn_type": "spark", "host": host, "port": int(port)}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MQAUDIT_SPARK", json.dumps(conn | {"extra": {"deploy-mode": "client"}})
+    )
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the drivers the executors call back
+    before = {a["id"] for a in spark_cluster.state()["completedapps"]}
+    dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
+    assert {type(t).__name__ for t in dag.tasks} == {"SparkSubmitOperator"}
+    when = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)  # after the DAG's start date
+    run = dag.test(logical_date=when)
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    apps = [a for a in spark_cluster.state()["completedapps"] if a["id"] not in before]
+    names = sorted(a["name"] for a in apps)
+    assert names == ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
+    for app in apps:  # each step's executors ran on the workers
+        assert spark_cluster.executors(app["id"]), app
+    (report,) = (reports / "mq_audit").glob("*/audit_report.html")
+    assert "lost" in report.read_text()
+    assert all(table_exists(table_path(lake, t)) for t in AUDIT_TABLES)
