@@ -17,7 +17,7 @@ from tests.integration import truth_compare as C
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]
 
-MESSAGES = 216  # the workload's least: 24 per scenario
+MESSAGES = 240  # the workload's least: 24 per scenario, 10 scenarios
 
 
 def _running_in(data_dir: Path) -> list[int]:
