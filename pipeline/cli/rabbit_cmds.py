@@ -47,7 +47,7 @@ def api_credentials(api: str) -> tuple[str, str, str]:
 
 
 def cmd_ingest_rabbit(args: argparse.Namespace) -> int:
-    from pipeline.jobs.ingest import ingest_ledgers
+    from pipeline.jobs.ledger_ingest import ingest_ledgers
     from pipeline.jobs.rabbit import ingest_topology
     from pipeline.spark_session import build_spark
 

@@ -8,14 +8,11 @@ pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
 
 from __future__ import annotations
 
-import shutil
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from broker_runtime.common.progress import Ticker, reporter
@@ -24,12 +21,12 @@ from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import ingest_state
+from pipeline.jobs.ledger_ingest import merge_ledgers
 from pipeline.jobs.maintenance import lake_lock
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
-from pipeline.readers.ledger import read_table
 from pipeline.readers.store_files import offset_history, offset_snapshot, plan_cq
 from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
@@ -60,24 +57,6 @@ def run_ingest(
     job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
     with lake_lock(lake):  # never beside a maintenance run's VACUUM
         return job.run(brokers, ledger_url, range_bytes, started)
-
-
-def ingest_ledgers(
-    spark: SparkSession,
-    lake: str | Path,
-    data_dir: str | Path | None = None,
-    ledger_url: str | None = None,
-    *,
-    progress: bool = True,
-) -> dict[str, int]:
-    """Only the ledgers into `lake` (a RabbitMQ system has no broker store to read); the rows
-    new or changed per table."""
-    apply_sql_conf(spark)
-    job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
-    for name in ("message_stub", "message_log"):
-        job.io.ensure_table(job.path(name), TABLES[name].schema)
-    job._ledgers(ledger_url)
-    return job.appended
 
 
 def _brokers(
@@ -277,33 +256,7 @@ class _Ingest:
 
     def _ledgers(self, ledger_url: str | None) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)
-        for name, url, schema, keys in (
-            (
-                "message_stub",
-                sources.message_stub,
-                schemas.MESSAGE_STUB,
-                TABLES["message_stub"].key,
-            ),
-            ("message_log", sources.message_log, schemas.MESSAGE_LOG, TABLES["message_log"].key),
-        ):
-            if url is None:
-                continue
-            stage = Path(self.lake) / "_ingest_tmp" / f"{name}-{uuid.uuid4().hex}.parquet"
-            stage.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                writer = None
-                for batch in read_table(url, name, schema):
-                    writer = writer or pq.ParquetWriter(stage, batch.schema)
-                    writer.write_batch(batch)
-                if writer is None:
-                    continue
-                writer.close()
-                df = self.spark.read.schema(schema).parquet(str(stage))
-                n = self.io.merge_upsert(df, self.path(name), schema, keys)
-                self.appended[name] = n
-                self.say(f"{name}: {max(n, 0):,} new or changed rows")
-            finally:
-                shutil.rmtree(stage.parent, ignore_errors=True)
+        self.appended |= merge_ledgers(self.spark, self.io, self.lake, sources, self.say)
 
     def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():

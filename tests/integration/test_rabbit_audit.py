@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from broker_runtime.workload.rabbit import DLX, EXCHANGE, run_rabbit_faults
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.ingest import ingest_ledgers
+from pipeline.jobs.ledger_ingest import ingest_ledgers
 from pipeline.jobs.rabbit import ingest_topology
 from pipeline.lake import AUDIT_TABLES, table_path
 from tests.rabbitmq import RabbitNode
