@@ -26,7 +26,13 @@ from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import build_spark
 from tests.integration.audit_data import build_data_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.native_delta]
+# A whole run in-process (ingest, gates, audit, report) on the native backend: minutes under load.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.native_delta,
+    pytest.mark.timeout(900),
+]
 
 
 @pytest.fixture(scope="module")
