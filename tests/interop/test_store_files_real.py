@@ -56,9 +56,8 @@ def test_ingest_and_audit_several_real_brokers_into_one_lake(
 ) -> None:
     from pipeline.delta_io import DeltaIO
     from pipeline.jobs.audit import run_audit
-    from pipeline.jobs.ingest import run_ingest, table_path
-    from pipeline.lake import AUDIT_TABLES
-    from pipeline.schemas import TABLES
+    from pipeline.jobs.ingest import run_ingest
+    from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
     from pipeline.spark_session import build_spark
 
     spark = build_spark("mqaudit-tests", "local[2]")
@@ -69,7 +68,7 @@ def test_ingest_and_audit_several_real_brokers_into_one_lake(
     io = DeltaIO(spark)
 
     def table(name: str, schema: Any = None) -> list[dict[str, Any]]:
-        df = io.read(table_path(lake, name), schema or TABLES[name])
+        df = io.read(table_path(lake, name), schema or INGESTED_TABLES[name])
         return [r.asDict() for r in df.collect()]
 
     messages = table("messages")
