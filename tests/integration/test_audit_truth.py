@@ -54,7 +54,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2, 3)
 MESSAGES = 270  # 27 per scenario (the workload's least is 24)
-COLUMNS, DUPLICATE_EFFECT, FAULT_TABLES = C.COLUMNS, C.DUPLICATE_EFFECT, C.FAULT_TABLES
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
 
 
@@ -62,7 +61,7 @@ AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_
 class Audited:
     seed: int
     doc: dict[str, Any]
-    rows: dict[Path, list[dict[str, Any]]]  # cluster data dir -> its audit rows (FAULT_TABLES)
+    rows: dict[Path, list[dict[str, Any]]]  # cluster data dir -> its audit rows (C.FAULT_TABLES)
 
     @property
     def owners(self) -> dict[str, str]:
@@ -102,8 +101,8 @@ def _audit_cluster(spark: SparkSession, lake: Path, data_dir: Path) -> list[dict
     io = DeltaIO(spark)
     return [
         r.asDict()
-        for name in FAULT_TABLES
-        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*COLUMNS).collect()
+        for name in C.FAULT_TABLES
+        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*C.COLUMNS).collect()
     ]
 
 
@@ -144,7 +143,7 @@ def _keys(runs: list[Audited]) -> tuple[dict[C.Key, int], dict[C.Key, int]]:
     truth: dict[C.Key, int] = {}
     found: dict[C.Key, int] = {}
     for a in runs:
-        rows = [r for r in a.all_rows() if r["kind"] != DUPLICATE_EFFECT]
+        rows = [r for r in a.all_rows() if r["kind"] != C.DUPLICATE_EFFECT]
         for side, keys in ((truth, C.truth_keys(a.doc)), (found, C.audit_keys(rows, a.owners))):
             side.update({(f"{a.seed}:{k[0]}", *k[1:]): n for k, n in keys.items()})
     return truth, found
@@ -179,14 +178,14 @@ def test_the_audit_matches_counts_from_the_raw_ledgers_and_commitlogs(
             repeated = of("delivered_twice", "retried_then_ok") | raw.failed_every_time
             assert repeated == raw.delivered_more_than_once
             assert of("dead_lettered") == raw.in_dlq == raw.failed_every_time
-            assert of(DUPLICATE_EFFECT) == raw.consumed_more_than_once
+            assert of(C.DUPLICATE_EFFECT) == raw.consumed_more_than_once
             assert {m for _, m in of("stored_twice")} == raw.stored_twice
             assert {m for _, m in of("lost_after_ack")} == raw.acked_not_stored
             assert of("never_delivered", "expired_before_consumed") == set()
             assert [r for r in rows if r["kind"] in AUDIT_KINDS_NEVER_INJECTED] == []
         effects: dict[str, int] = {}
         for r in a.all_rows():
-            if r["kind"] == DUPLICATE_EFFECT:
+            if r["kind"] == C.DUPLICATE_EFFECT:
                 name = a.owners[r["group"]]
                 effects[name] = effects.get(name, 0) + 1
         journaled = {
