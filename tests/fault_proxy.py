@@ -19,7 +19,7 @@ from pathlib import Path
 from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
-from tests.db_servers import _unavailable, _wait_until, free_port, stop_process
+from tests.db_servers import _unavailable, free_port, stop_process, wait_until
 
 SERVER = "toxiproxy-server"
 
@@ -46,7 +46,7 @@ def toxiproxy_server() -> Iterator[Toxiproxy]:
     APIConsumer.host, APIConsumer.port = "127.0.0.1", port
     server = Toxiproxy()
     try:
-        _wait_until(server.running, proc, log, "toxiproxy")
+        wait_until(server.running, proc, log, "toxiproxy")
         yield server
     finally:
         stop_process(proc)
