@@ -93,6 +93,13 @@ DLQ_REPLAY_LOG = struct_of(
     " new_offset:long, ts:long"
 )
 
+# One row per repair event of a lost_after_ack loss (pipeline.jobs.repair), as the replay
+# log: planned, sent (where the broker stored the copy), skipped or failed and why.
+REPAIR_LOG = struct_of(
+    "repair_id:str, msg_id:str, topic:str, status:str, reason:str, broker:str, queue_id:int,"
+    " new_offset:long, ts:long"
+)
+
 # One row per transaction finding (pipeline.transforms.transaction_audit); `group` is the
 # consumer group for the per-group kinds, null for the others.
 AUDIT_TRANSACTIONS = struct_of(

@@ -93,6 +93,7 @@ _CATALOG = (
     Table("audit_transactions", audit_schemas.AUDIT_TRANSACTIONS, "audit"),
     Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
     Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
+    Table("repair_log", audit_schemas.REPAIR_LOG, "remediation"),
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in _CATALOG}
@@ -102,6 +103,7 @@ INGESTED_TABLES: dict[str, StructType] = {
 AUDIT_TABLES: dict[str, StructType] = {t.name: t.schema for t in _CATALOG if t.layer == "audit"}
 RESEND_LOG = TABLES["resend_log"]
 DLQ_REPLAY_LOG = TABLES["dlq_replay_log"]  # written by replays, read by the audit
+REPAIR_LOG = TABLES["repair_log"]  # written by repairs of lost_after_ack losses
 
 
 def existing(lake: str | Path, names: Iterable[str]) -> tuple[str, ...]:

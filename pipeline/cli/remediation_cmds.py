@@ -1,4 +1,4 @@
-"""`resend` and `replay` under `mqaudit pipeline`: the remediation jobs by hand.
+"""`resend`, `replay` and `repair` under `mqaudit pipeline`: the remediation jobs by hand.
 
 Both print a JSON summary on stdout; progress goes to stderr.
 """
@@ -49,6 +49,35 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     replay.add_argument("--spark-master", default=DEFAULT_MASTER)
     replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
     replay.set_defaults(func=cmd_replay)
+
+    repair = cmds.add_parser(
+        "repair",
+        help="send lost_after_ack losses again from the producer's kept bodies "
+        "(dry run unless --no-dry-run)",
+        description="Repairs the last audit's lost_after_ack losses. Never sends a message "
+        "twice unless --force; a --repair-id seen before resumes that repair, and every run "
+        "settles the unknown outcomes of runs killed midway first. A loss without a kept body "
+        "is logged as not repairable. Every outcome goes to LAKE/repair_log.",
+    )
+    repair.add_argument("--lake", type=Path, required=True)
+    repair.add_argument("--data-dir", type=Path, required=True, help="cluster data dir (ledgers)")
+    repair.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    repair.add_argument("--namesrv", default=None, help="default: DIR/cluster.json's")
+    repair.add_argument("--access-key", default=None)
+    repair.add_argument("--secret-key", default=None)
+    repair.add_argument(
+        "--msg-id", dest="msg_ids", action="append", default=[], help="a UNIQ_KEY (repeatable)"
+    )
+    repair.add_argument("--max-messages", type=int, default=100)
+    repair.add_argument("--rate", dest="messages_per_second", type=float, default=50.0)
+    repair.add_argument(
+        "--dry-run", action=argparse.BooleanOptionalAction, default=True, help="send nothing"
+    )
+    repair.add_argument("--force", action="store_true", help="send even if repaired before")
+    repair.add_argument("--repair-id", default=None, help="default: a new one")
+    repair.add_argument("--spark-master", default=DEFAULT_MASTER)
+    repair.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    repair.set_defaults(func=cmd_repair)
 
     resend = cmds.add_parser(
         "resend",
@@ -138,6 +167,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
         request,
         replay_id,
         target,
+        master=args.spark_master,
+        progress=not args.quiet,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["send"].get("failed", 0) == 0 else 1
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from pipeline.remediation.replay_request import REPAIR_DEFAULTS, parse_repair_request
+
+    request = parse_repair_request({k: getattr(args, k) for k in REPAIR_DEFAULTS})
+    target = None
+    if args.namesrv or (args.data_dir / "cluster.json").is_file():
+        target = _target(args)
+    if target is None and not request.dry_run:
+        raise ValueError("a real repair needs --namesrv or a --data-dir with cluster.json")
+    from pipeline.jobs.repair import run_repair  # Spark loads only when a job runs
+
+    summary = run_repair(
+        str(args.lake.resolve()),
+        args.data_dir,
+        request,
+        args.repair_id or f"repair-{uuid.uuid4().hex[:16]}",
+        target,
+        ledger_url=args.ledger_url,
         master=args.spark_master,
         progress=not args.quiet,
     )

@@ -18,34 +18,26 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from broker_runtime.client.model import MQClientError, ReceivedMessage
 from broker_runtime.common.progress import reporter
-from broker_runtime.remoting.connection import RemotingError
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
-from pipeline.remediation.reasons import failure_reason, outcome_unknown
 from pipeline.remediation.replay_plan import (
     REPLAY_ID_PROPERTY,
     DeadLetter,
     LogEntry,
     Status,
     in_doubt,
-    latest,
     pending,
     plan_replay,
     replay_message,
+    where_they_stand,
 )
 from pipeline.remediation.replay_request import ReplayRequest
-from pipeline.remediation.sender import BrokerClient, BrokerTarget, Pacer
+from pipeline.remediation.sender import BrokerClient, BrokerTarget
+from pipeline.remediation.sends import Stored, reconcile, send_all
 from pipeline.spark_session import apply_sql_conf, build_spark
-
-MAX_UNKNOWN_IN_A_ROW = 5  # sends of unknown outcome in a row: the broker is away, stop
-
-
-class ReplayInterrupted(RuntimeError):
-    """The send step stopped early; what it did is logged and a new attempt resumes it."""
 
 
 def _now_ms() -> int:
@@ -108,32 +100,6 @@ def _outcome_log(spark: SparkSession, io: DeltaIO, lake: str) -> OutcomeLog:
     return OutcomeLog(spark, io, path, DLQ_REPLAY_LOG.schema)
 
 
-# -- settling unknown outcomes --------------------------------------------------------------
-
-
-def reconcile(entries: Sequence[LogEntry], client: BrokerClient, log: OutcomeLog) -> dict[str, int]:
-    """Look each in-doubt entry up on the broker (UNIQ_KEY + the entry's replay id) and log
-    what is true: `sent` with its offset, or `failed` as not stored."""
-    counts = {"found_sent": 0, "not_stored": 0}
-    for e in entries:
-        if e.topic is None:
-            continue
-
-        def ours(m: ReceivedMessage, rid: str = e.replay_id) -> bool:
-            return m.properties.get(REPLAY_ID_PROPERTY) == rid
-
-        found = client.find(e.topic, e.msg_id, ours)
-        if found is not None:
-            where = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
-            log.add(_entry(e, Status.SENT, where, found.queue_offset))
-            counts["found_sent"] += 1
-        else:
-            log.add(_entry(e, Status.FAILED, "not stored (checked after an interrupted run)"))
-            counts["not_stored"] += 1
-    log.flush()
-    return counts
-
-
 # -- the steps ----------------------------------------------------------------------------
 
 
@@ -171,7 +137,7 @@ def plan_step(
                 f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker"
             )
             with BrokerClient(target) as client:
-                settled = reconcile(doubt, client, log)
+                settled = reconcile(doubt, client, log, _entry, REPLAY_ID_PROPERTY)
             entries = read_log(io, lake, request.group)
         plan = plan_replay(replay_id, request, letters, entries, _now_ms())
         log.extend([e.as_row() for e in plan.rows])
@@ -210,76 +176,33 @@ def send_step(
                 reporter("replay", progress)(
                     f"resuming: settling {len(own)} unknown outcome(s) on the broker"
                 )
-                reconcile(own, client, log)
+                reconcile(own, client, log, _entry, REPLAY_ID_PROPERTY)
                 entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
         todo = pending(replay_id, entries)
         reporter("replay", progress)(
             f"{replay_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s"
         )
         if todo:
+            topics = {e.msg_id: e.topic for e in todo if e.topic is not None}
             found = dead_letters_df(io, lake, request, [e.msg_id for e in todo], with_body=True)
-            letters = {r["msg_id"]: r for r in found.collect()}
-            _send_all(todo, letters, request, replay_id, client, log, counts, progress)
+            messages = {
+                r["msg_id"]: replay_message(
+                    topics[r["msg_id"]], bytes(r["body"]), r["properties"] or {}, r["msg_id"],
+                    replay_id, r["dlq_msg_id"],
+                )
+                for r in found.collect()
+                if r["msg_id"] in topics
+            }  # fmt: skip
+            counts = send_all(
+                todo, messages, client, log, _entry, rate=request.messages_per_second,
+                missing="the dead letter is no longer in the lake", step="replay",
+                progress=progress,
+            )  # fmt: skip
     return {"replay_id": replay_id, "dry_run": False, **counts}
 
 
-def _send_all(
-    todo: list[LogEntry],
-    letters: dict[str, Any],
-    request: ReplayRequest,
-    replay_id: str,
-    client: BrokerClient,
-    log: OutcomeLog,
-    counts: dict[str, int],
-    progress: bool,
-) -> None:
-    pacer = Pacer(request.messages_per_second)
-    unknown_in_a_row = 0
-    last_say = time.monotonic()
-    for i, e in enumerate(todo):
-        row = letters.get(e.msg_id)
-        if row is None or e.topic is None:
-            log.add(_entry(e, Status.FAILED, "refused: the dead letter is no longer in the lake"))
-            counts["refused"] += 1
-            continue
-        msg = replay_message(
-            e.topic,
-            bytes(row["body"]),
-            row["properties"] or {},
-            e.msg_id,
-            replay_id,
-            row["dlq_msg_id"],
-        )
-        pacer.wait()
-        try:
-            result = client.send(msg)
-        except (MQClientError, RemotingError) as exc:
-            reason = failure_reason(exc)
-            log.add(_entry(e, Status.FAILED, reason))
-            counts["failed"] += 1
-            unknown_in_a_row = unknown_in_a_row + 1 if outcome_unknown(reason) else 0
-            if unknown_in_a_row >= MAX_UNKNOWN_IN_A_ROW:
-                log.flush()
-                raise ReplayInterrupted(
-                    f"{replay_id}: {unknown_in_a_row} sends in a row with no answer (last: "
-                    f"{exc}); stopped after {i + 1} of {len(todo)}. Run again to resume."
-                ) from exc
-            continue
-        unknown_in_a_row = 0
-        where = f"stored on {result.mq.broker} queue {result.mq.queue_id} ({result.status.value})"
-        log.add(_entry(e, Status.SENT, where, result.queue_offset))
-        counts["sent"] += 1
-        if time.monotonic() - last_say >= 2.0:
-            last_say = time.monotonic()
-            reporter("replay", progress)(
-                f"{i + 1}/{len(todo)}: {counts['sent']} sent, {counts['failed']} failed"
-            )
-    reporter("replay", progress)(
-        f"done: {counts['sent']} sent, {counts['failed'] + counts['refused']} failed"
-    )
-
-
-def _entry(e: LogEntry, status: Status, reason: str, offset: int | None = None) -> dict[str, Any]:
+def _entry(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
+    offset = stored[2] if stored is not None else None
     return LogEntry(
         e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms()
     ).as_row()
@@ -290,23 +213,8 @@ def replay_summary(
 ) -> dict[str, Any]:
     """Where every message of the replay stands (its latest log row), with a few examples."""
     io = DeltaIO(_session(spark, None))
-    state = list(
-        latest(e for e in read_log(io, lake, request.group) if e.replay_id == replay_id).values()
-    )
-    by_status: dict[str, int] = {}
-    for e in state:
-        by_status[e.status.value] = by_status.get(e.status.value, 0) + 1
-    examples = {
-        s.value: [e.as_row() for e in sorted(state, key=lambda e: e.msg_id) if e.status is s][:5]
-        for s in Status
-    }
-    return {
-        "replay_id": replay_id,
-        "request": request.to_dict(),
-        "messages": len(state),
-        "by_status": by_status,
-        "examples": examples,
-    }
+    mine = (e for e in read_log(io, lake, request.group) if e.replay_id == replay_id)
+    return {"replay_id": replay_id, "request": request.to_dict(), **where_they_stand(mine)}
 
 
 def run_replay(

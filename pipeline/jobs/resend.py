@@ -70,7 +70,7 @@ def _read(io: DeltaIO, lake: str, name: str) -> list[Candidate]:
     return [Candidate.of(r.asDict()) for r in io.read(path, CANDIDATE_COLUMNS).collect()]
 
 
-def _live_stubs(engine: Engine, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def live_stubs(engine: Engine, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     def work(conn: Any) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for chunk in chunks(sorted(set(ids))):
@@ -229,7 +229,7 @@ def run_resend(
     try:
         ids = [c.msg_id for c in [*candidates, *manual]]
         plan = plan_resend(
-            candidates, manual, _live_stubs(ledger.engine, ids),
+            candidates, manual, live_stubs(ledger.engine, ids),
             _consumed(sources.message_log, ids), max_send_count, as_of_ms,
         )  # fmt: skip
         bodies = find_bodies(plan.to_send, ledger, io, lake) if plan.to_send else {}

@@ -1,4 +1,5 @@
-"""Pure planning of a DLQ replay over the dead letters and the replay log (`dlq_replay_log`).
+"""Pure planning of a DLQ replay over the dead letters and the replay log (`dlq_replay_log`);
+the loss repair (`repair_log`, pipeline.jobs.repair) plans by the same rules (`plan_sends`).
 
 The log is append-only: one row per event (planned, sent with its new offset, skipped and
 why, failed and why); a message's state in one replay is its latest row. The rules:
@@ -20,7 +21,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from broker_runtime.common.message import (
     DELAY,
@@ -76,13 +77,24 @@ class DeadLetter:
     store_ts: int
 
 
+class Sendable(Protocol):
+    """What a send run plans: a message by its UNIQ_KEY, where it goes, whose it is."""
+
+    @property
+    def msg_id(self) -> str: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def topic(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class LogEntry:
-    """One `dlq_replay_log` row."""
+    """One `dlq_replay_log` row (a `repair_log` row: the run id is its repair id, no group)."""
 
     replay_id: str
     msg_id: str
-    group: str
+    group: str | None
     topic: str | None
     status: Status
     reason: str | None
@@ -163,6 +175,16 @@ def latest(entries: Iterable[LogEntry]) -> dict[tuple[str, str], LogEntry]:
     return out
 
 
+def where_they_stand(entries: Iterable[LogEntry]) -> dict[str, Any]:
+    """Where every message of one run stands (its latest entry), with a few examples."""
+    state = sorted(latest(entries).values(), key=lambda e: e.msg_id)
+    by_status: dict[str, int] = {}
+    for e in state:
+        by_status[e.status.value] = by_status.get(e.status.value, 0) + 1
+    examples = {s.value: [e.as_row() for e in state if e.status is s][:5] for s in Status}
+    return {"messages": len(state), "by_status": by_status, "examples": examples}
+
+
 def is_in_doubt(e: LogEntry) -> bool:
     """Planned for a real send with no outcome logged, or failed with an unknown outcome:
     the message may be on the broker."""
@@ -180,6 +202,70 @@ def in_doubt(entries: Iterable[LogEntry], exclude_replay: str | None = None) -> 
     ]
 
 
+def plan_sends(
+    run_id: str,
+    items: Sequence[Sendable],
+    log: Sequence[LogEntry],
+    now_ms: int,
+    *,
+    dry_run: bool,
+    force: bool,
+    max_messages: int,
+    unsendable: Mapping[str, str] | None = None,
+    done: str = "already replayed",
+) -> ReplayPlan:
+    """The rules of a logged, resumable send run (a replay or a repair) over `items`, oldest
+    first; `log` is the run kind's log (one group's, for a replay). `unsendable`: msg_id ->
+    why it cannot be sent (skipped with that reason)."""
+    mine = [e for e in log if e.replay_id == run_id]
+    if mine:
+        state = latest(mine).values()
+        return ReplayPlan(
+            run_id,
+            dry_run,
+            new=False,
+            planned=[e for e in state if e.status is not Status.SKIPPED],
+            skipped=[e for e in state if e.status is Status.SKIPPED],
+        )
+    sent: dict[str, LogEntry] = {}
+    doubt: dict[str, LogEntry] = {}
+    for e in latest(log).values():
+        if e.status is Status.SENT and e.msg_id not in sent:
+            sent[e.msg_id] = e
+        elif is_in_doubt(e):
+            doubt[e.msg_id] = e
+    plan = ReplayPlan(run_id, dry_run, new=True)
+    reason_planned = DRY_RUN_REASON if dry_run else TO_SEND_REASON
+    refused = unsendable or {}
+
+    def entry(d: Sendable, status: Status, reason: str) -> LogEntry:
+        return LogEntry(run_id, d.msg_id, d.group, d.topic, status, reason, None, now_ms)
+
+    for d in items:
+        if d.msg_id in refused:
+            plan.skipped.append(entry(d, Status.SKIPPED, refused[d.msg_id]))
+        elif d.msg_id in doubt:
+            other = doubt[d.msg_id]
+            plan.skipped.append(
+                entry(d, Status.SKIPPED, f"outcome unknown in {other.replay_id} (reconcile first)")
+            )
+        elif d.msg_id in sent and not force:
+            prior = sent[d.msg_id]
+            plan.skipped.append(
+                entry(
+                    d,
+                    Status.SKIPPED,
+                    f"{done} (by {prior.replay_id}, offset {prior.new_offset}, "
+                    f"at {prior.ts}; force=true to send again)",
+                )
+            )
+        elif len(plan.planned) < max_messages:
+            plan.planned.append(entry(d, Status.PLANNED, reason_planned))
+        else:
+            plan.left_over += 1
+    return plan
+
+
 def plan_replay(
     replay_id: str,
     request: ReplayRequest,
@@ -188,54 +274,21 @@ def plan_replay(
     now_ms: int,
 ) -> ReplayPlan:
     """Decide what this replay sends; `dead_letters` match the request, oldest first."""
-    mine = [e for e in log if e.replay_id == replay_id]
-    if mine:
-        state = latest(mine).values()
-        return ReplayPlan(
-            replay_id,
-            request.dry_run,
-            new=False,
-            planned=[e for e in state if e.status is not Status.SKIPPED],
-            skipped=[e for e in state if e.status is Status.SKIPPED],
-        )
-    sent: dict[str, LogEntry] = {}
-    doubt: dict[str, LogEntry] = {}
-    for e in latest(log).values():
-        if e.group != request.group:
-            continue
-        if e.status is Status.SENT and e.msg_id not in sent:
-            sent[e.msg_id] = e
-        elif is_in_doubt(e):
-            doubt[e.msg_id] = e
-    plan = ReplayPlan(replay_id, request.dry_run, new=True)
-    reason_planned = DRY_RUN_REASON if request.dry_run else TO_SEND_REASON
-
-    def entry(d: DeadLetter, status: Status, reason: str) -> LogEntry:
-        return LogEntry(replay_id, d.msg_id, d.group, d.topic, status, reason, None, now_ms)
-
-    for d in dead_letters:
-        if d.topic is None or is_retry_topic(d.topic) or is_dlq_topic(d.topic):
-            plan.skipped.append(entry(d, Status.SKIPPED, "no original topic on the dead letter"))
-        elif d.msg_id in doubt:
-            other = doubt[d.msg_id]
-            plan.skipped.append(
-                entry(d, Status.SKIPPED, f"outcome unknown in {other.replay_id} (reconcile first)")
-            )
-        elif d.msg_id in sent and not request.force:
-            prior = sent[d.msg_id]
-            plan.skipped.append(
-                entry(
-                    d,
-                    Status.SKIPPED,
-                    f"already replayed (by {prior.replay_id}, offset {prior.new_offset}, "
-                    f"at {prior.ts}; force=true to send again)",
-                )
-            )
-        elif len(plan.planned) < request.max_messages:
-            plan.planned.append(entry(d, Status.PLANNED, reason_planned))
-        else:
-            plan.left_over += 1
-    return plan
+    no_topic = {
+        d.msg_id: "no original topic on the dead letter"
+        for d in dead_letters
+        if d.topic is None or is_retry_topic(d.topic) or is_dlq_topic(d.topic)
+    }
+    return plan_sends(
+        replay_id,
+        dead_letters,
+        [e for e in log if e.group == request.group or e.replay_id == replay_id],
+        now_ms,
+        dry_run=request.dry_run,
+        force=request.force,
+        max_messages=request.max_messages,
+        unsendable=no_topic,
+    )
 
 
 def pending(replay_id: str, log: Sequence[LogEntry]) -> list[LogEntry]:

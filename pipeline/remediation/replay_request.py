@@ -1,4 +1,4 @@
-"""What a DLQ replay is asked to do, checked before anything is read or sent.
+"""What a DLQ replay (or a loss repair) is asked to do, checked before anything is read or sent.
 
 The replay DAG's typed Params catch wrong types; `parse_request` catches the rest (names the
 broker would refuse, unparsable times, an empty selection, from after to) and reports every
@@ -174,6 +174,24 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
             "give a time range (from_time and/or to_time) or msg_ids: replaying a whole "
             "dead-letter queue must be asked for explicitly (e.g. from_time=0)"
         )
+    max_messages, rate = _limits(p, problems)
+    if problems:
+        raise ReplayParamError(problems)
+    return ReplayRequest(
+        group=group,
+        topic=topic,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        msg_ids=msg_ids,
+        max_messages=max_messages,
+        messages_per_second=rate,
+        dry_run=bool(p["dry_run"]),
+        force=bool(p["force"]),
+    )
+
+
+def _limits(p: Mapping[str, object], problems: list[str]) -> tuple[int, float]:
+    """max_messages and messages_per_second, checked; dry_run and force are booleans."""
     max_messages = p["max_messages"]
     if not (isinstance(max_messages, int) and not isinstance(max_messages, bool)) or not (
         1 <= max_messages <= MAX_MESSAGES_LIMIT
@@ -189,16 +207,51 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
     for flag in ("dry_run", "force"):
         if not isinstance(p[flag], bool):
             problems.append(f"{flag}: true or false, got {p[flag]!r}")
+    return int(max_messages), float(rate)
+
+
+# Param name -> default; the repair DAG declares the same names.
+REPAIR_DEFAULTS: dict[str, Any] = {
+    k: DEFAULTS[k] for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force")
+}
+
+
+@dataclass(frozen=True)
+class RepairRequest:
+    """A checked repair of lost_after_ack losses: all of the last audit's, or `msg_ids`."""
+
+    msg_ids: tuple[str, ...] = ()
+    max_messages: int = DEFAULTS["max_messages"]
+    messages_per_second: float = DEFAULTS["messages_per_second"]
+    dry_run: bool = True
+    force: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "msg_ids": list(self.msg_ids)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RepairRequest:
+        return cls(**{**data, "msg_ids": tuple(data.get("msg_ids") or ())})
+
+    def describe(self) -> str:
+        which = f"{len(self.msg_ids)} msg id(s)" if self.msg_ids else "every lost_after_ack loss"
+        mode = "DRY RUN" if self.dry_run else "REAL"
+        force = ", forced" if self.force else ""
+        return (
+            f"{mode}{force}: {which} of the last audit; at most {self.max_messages} "
+            f"message(s) at {self.messages_per_second:g}/s"
+        )
+
+
+def parse_repair_request(params: Mapping[str, object]) -> RepairRequest:
+    """Check a repair's `params` (the DAG's Params or the CLI's options); ReplayParamError."""
+    problems: list[str] = []
+    unknown = sorted(set(params) - set(REPAIR_DEFAULTS))
+    if unknown:
+        problems.append(f"unknown parameter(s) {unknown}; known: {sorted(REPAIR_DEFAULTS)}")
+    p = {**REPAIR_DEFAULTS, **params}
+    msg_ids = _msg_ids(p["msg_ids"], problems)
+    max_messages, rate = _limits(p, problems)
     if problems:
         raise ReplayParamError(problems)
-    return ReplayRequest(
-        group=group,
-        topic=topic,
-        from_ms=from_ms,
-        to_ms=to_ms,
-        msg_ids=msg_ids,
-        max_messages=max_messages,
-        messages_per_second=float(rate),
-        dry_run=bool(p["dry_run"]),
-        force=bool(p["force"]),
-    )
+    return RepairRequest(msg_ids, max_messages, rate, bool(p["dry_run"]), bool(p["force"]))

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from pipeline.jobs.replay import ReplayInterrupted, plan_step, run_replay, send_step
+from pipeline.jobs.replay import plan_step, run_replay, send_step
 from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, replay_message
 from pipeline.remediation.replay_request import ReplayRequest, parse_request
 from pipeline.remediation.sender import BrokerClient, BrokerTarget
+from pipeline.remediation.sends import SendInterrupted
 from tests.dags.traffic import (
     copies_on_broker,
     ingest,
@@ -154,7 +155,7 @@ def test_a_run_failing_while_the_broker_is_down_resumes_later(world: World) -> N
     try:
         outcome = send_step(str(world.lake), request, "r-down", world.target, spark=world.spark)
         assert outcome["sent"] == 0 and outcome["failed"] == 3
-    except ReplayInterrupted:
+    except SendInterrupted:
         pass
     finally:
         world.cluster.start("broker-a-master")
