@@ -157,9 +157,9 @@ class ReplayPlan:
         }
 
 
-def replay_id_for(*parts: str) -> str:
-    """A stable replay id for a run (e.g. dag id + run id): a retried run keeps its id."""
-    return "replay-" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+def replay_id_for(*parts: str, kind: str = "replay") -> str:
+    """A stable run id (e.g. of dag id + run id): a retried run keeps its id."""
+    return f"{kind}-" + hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
 def latest(entries: Iterable[LogEntry]) -> dict[tuple[str, str], LogEntry]:

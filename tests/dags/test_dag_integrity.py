@@ -1,5 +1,5 @@
-"""The DAG files import cleanly, define the five DAGs with their contracts, and refuse bad
-replay parameters before any task that reads or sends runs."""
+"""The DAG files import cleanly, define the six DAGs with their contracts, and refuse bad
+replay and repair parameters before any task that reads or sends runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 
 pytestmark = [pytest.mark.airflow, *AIRFLOW_WARNINGS]
 
-DAG_IDS = {"mq_audit", "mq_retry_resend", "mq_dlq_report", "mq_dlq_replay", "mq_lake_maintenance"}
+DAG_IDS = {
+    "mq_audit",
+    "mq_retry_resend",
+    "mq_dlq_report",
+    "mq_dlq_replay",
+    "mq_lake_maintenance",
+    "mq_loss_repair",
+}
+MANUAL = {"mq_dlq_replay", "mq_loss_repair"}  # no schedule: triggered with params
 REPLAY_PARAMS = {
     "group": "string",
     "topic": ["null", "string"],
@@ -29,7 +37,7 @@ REPLAY_PARAMS = {
 }
 
 
-def test_no_import_errors_and_the_five_dags(dagbag: Any) -> None:
+def test_no_import_errors_and_the_six_dags(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
     assert set(dagbag.dags) == DAG_IDS
     loaded = {stat.file for stat in dagbag.dagbag_stats}
@@ -43,8 +51,8 @@ def test_schedules_and_safety_settings(dagbag: Any) -> None:
         assert dag.start_date.year == 2024  # static, never now()
         assert dag.max_active_runs == 1
         assert "mqaudit" in dag.tags
-    assert type(dagbag.dags["mq_dlq_replay"].timetable).__name__ == "NullTimetable"
-    cron = {d: dagbag.dags[d].timetable.summary for d in DAG_IDS - {"mq_dlq_replay"}}
+    assert {type(dagbag.dags[d].timetable).__name__ for d in MANUAL} == {"NullTimetable"}
+    cron = {d: dagbag.dags[d].timetable.summary for d in DAG_IDS - MANUAL}
     assert cron == {
         "mq_audit": "0 * * * *",
         "mq_retry_resend": "*/15 * * * *",
@@ -64,6 +72,12 @@ def test_replay_params_are_typed_with_safe_defaults(dagbag: Any) -> None:
     assert {k: params.get_param(k).schema["type"] for k in params} == REPLAY_PARAMS
     assert params["dry_run"] is True and params["force"] is False
     assert params["max_messages"] == 100
+    repair = dagbag.dags["mq_loss_repair"].params
+    assert {k: repair.get_param(k).schema["type"] for k in repair} == {
+        k: REPLAY_PARAMS[k]
+        for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force")
+    }
+    assert repair["dry_run"] is True and repair["force"] is False
 
 
 @pytest.mark.parametrize(
