@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from broker_runtime.common.message import (
@@ -25,10 +27,17 @@ from pipeline.remediation.replay_plan import (
     latest,
     pending,
     plan_replay,
+    plan_sends,
     replay_id_for,
     replay_message,
 )
-from pipeline.remediation.replay_request import ReplayParamError, ReplayRequest, parse_request
+from pipeline.remediation.replay_request import (
+    RepairRequest,
+    ReplayParamError,
+    ReplayRequest,
+    parse_repair_request,
+    parse_request,
+)
 from pipeline.remediation.sender import Pacer
 
 G = "orders-consumer"
@@ -226,3 +235,37 @@ def test_pacer_spaces_calls() -> None:
     assert slept == [0.25, 0.25]
     with pytest.raises(ValueError):
         Pacer(0)
+
+
+# -- a loss repair: the same rules, no group, its own refusals -----------------------------
+
+
+def test_a_repair_request_is_a_dry_run_by_default_and_says_what_is_wrong() -> None:
+    r = parse_repair_request({"msg_ids": "L1, L2"})
+    assert (r.msg_ids, r.dry_run, r.force, r.max_messages) == (("L1", "L2"), True, False, 100)
+    assert RepairRequest.from_dict(r.to_dict()) == r
+    with pytest.raises(ReplayParamError) as e:
+        parse_repair_request({"group": G, "messages_per_second": 0, "force": "yes"})
+    text = str(e.value)
+    assert "unknown parameter(s) ['group']" in text
+    assert "messages_per_second" in text and "force: true or false" in text
+
+
+def test_a_repair_plan_skips_the_unrepairable_and_what_some_repair_sent() -> None:
+    @dataclass(frozen=True)
+    class Loss:
+        msg_id: str
+        topic: str = "orders"
+        group: str | None = None
+
+    losses = [Loss(m) for m in ("L1", "L2", "L3")]
+    log = [LogEntry("p0", "L3", None, "orders", Status.SENT, "stored", 9, 2)]
+    plan = plan_sends(
+        "p1", losses, log, 5, dry_run=False, force=False, max_messages=10,
+        unsendable={"L2": "not repairable: no body"}, done="already repaired",
+    )  # fmt: skip
+    assert [e.msg_id for e in plan.planned] == ["L1"]
+    assert {e.msg_id: e.reason for e in plan.skipped} == {
+        "L2": "not repairable: no body",
+        "L3": "already repaired (by p0, offset 9, at 2; force=true to send again)",
+    }
