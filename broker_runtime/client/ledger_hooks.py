@@ -142,11 +142,22 @@ def _wait(future: concurrent.futures.Future[T]) -> Awaitable[T] | T:
 
 
 class ProducerLedgerHooks:
-    """Stub before send, confirm on SEND_OK; `attach` adds the hooks to a producer."""
+    """Stub before send, confirm on SEND_OK; `attach` adds the hooks to a producer.
 
-    def __init__(self, ledger: ProducerLedger, writer: LedgerWriter | None = None) -> None:
+    `keep_bodies`: keep each body with its stub (`message_body`), so that the resend job and
+    the repair of a loss after acknowledgement can send the message again.
+    """
+
+    def __init__(
+        self,
+        ledger: ProducerLedger,
+        writer: LedgerWriter | None = None,
+        *,
+        keep_bodies: bool = False,
+    ) -> None:
         self.ledger = ledger
         self.writer = writer or LedgerWriter("producer-ledger")
+        self.keep_bodies = keep_bodies
         self.confirm_errors = 0
 
     def attach(self, producer: Producer) -> ProducerLedgerHooks:
@@ -156,7 +167,14 @@ class ProducerLedgerHooks:
 
     def before_send(self, msg: Message) -> Awaitable[object] | object:
         """A failure here fails the send: a message without its stub is not sent."""
+        if self.keep_bodies:
+            return _wait(self.writer.submit(self._record_with_bodies, [msg]))
         return _wait(self.writer.submit(self.ledger.record_before_send, [StubRecord.of(msg)]))
+
+    def _record_with_bodies(self, msgs: Sequence[Message]) -> list[str]:
+        known = self.ledger.record_before_send([StubRecord.of(m) for m in msgs])
+        self.ledger.keep_bodies(msgs)
+        return known
 
     async def send_result(
         self, msg: Message, result: SendResult | None, error: BaseException | None

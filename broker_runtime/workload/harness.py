@@ -258,7 +258,8 @@ class Harness:
             msgs[i] = msg
         lost = LostResponses({msgs[i].properties[UNIQ_KEY] for i in lose_response_of})
         producer = Producer(ClientConfig(namesrv), f"wl-{scenario}")
-        hooks = ProducerLedgerHooks(ProducerLedger.open(ledger_dir, self.ledger_url))
+        ledger = ProducerLedger.open(ledger_dir, self.ledger_url)
+        hooks = ProducerLedgerHooks(ledger, keep_bodies=True)  # what a repair sends again
         hooks.attach(producer)
         await producer.start()
         lost.install(producer)

@@ -141,6 +141,19 @@ def test_producer_stub_before_send_and_confirm_on_send_ok(tmp_path: Path) -> Non
     )  # fmt: skip
     other = hooks.ledger.get(lost.uniq_key or "")
     assert other is not None and other["status"] == "UNCONFIRMED"  # not acknowledged
+    assert hooks.ledger.bodies([ok.uniq_key or ""]) == {}  # bodies only when asked to
+    hooks.close()
+
+
+def test_producer_hooks_keep_bodies_when_asked(tmp_path: Path) -> None:
+    hooks = ProducerLedgerHooks(ProducerLedger.open(tmp_path), keep_bodies=True)
+    msg = new_message("Orders", b"kept for a repair")
+    set_uniq_id(msg)
+    hooks.before_send(msg)  # off the event loop: returns once written
+    key = msg.uniq_key or ""
+    stub = hooks.ledger.get(key)
+    assert stub is not None and stub["status"] == "UNCONFIRMED"
+    assert hooks.ledger.bodies([key]) == {key: b"kept for a repair"}
     hooks.close()
 
 
