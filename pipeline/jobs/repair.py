@@ -176,11 +176,13 @@ def plan_step(
     """Log the plan of `repair_id` (once) and return its summary. Unknown outcomes of earlier
     real runs are settled on the broker first (not in a dry run: those stay skipped)."""
     say = reporter("repair", progress)
-    spark = _session(spark, master)
-    io = DeltaIO(spark)
-    say(f"{repair_id}: {request.describe()}")
-    losses = read_losses(io, lake, request)
-    with _Ledger(data_dir, ledger_url) as ledger:
+    if not Path(lake).is_dir():
+        raise ValueError(f"lake {lake} does not exist (ingest and audit the cluster first)")
+    with _Ledger(data_dir, ledger_url) as ledger:  # a wrong data dir fails before Spark starts
+        spark = _session(spark, master)
+        io = DeltaIO(spark)
+        say(f"{repair_id}: {request.describe()}")
+        losses = read_losses(io, lake, request)
         _, _, unrepairable = ledger.sources(losses, io, lake)
     say(f"{len(losses)} lost_after_ack loss(es), {len(unrepairable)} not repairable")
     with _outcome_log(spark, io, lake) as log:
@@ -294,11 +296,11 @@ def run_repair(
     """Plan, send (unless a dry run) and sum up one repair; a repair id seen before resumes."""
     if target is None and not request.dry_run:
         raise ValueError("a real repair needs the cluster's name servers")
-    spark = _session(spark, master)
     plan = plan_step(
         lake, data_dir, request, repair_id, target=target, ledger_url=ledger_url, spark=spark,
-        progress=progress,
+        master=master, progress=progress,
     )  # fmt: skip
+    spark = _session(spark, master)  # the plan's session (getOrCreate)
     sent: dict[str, Any] = {"dry_run": True}
     if not request.dry_run and target is not None:
         sent = send_step(

@@ -41,9 +41,9 @@ DEFAULTS: dict[str, Any] = {
 class ReplayParamError(ValueError):
     """The replay request is not valid; the message lists every problem."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], what: str = "replay") -> None:
         self.problems = problems
-        super().__init__("bad replay parameters:\n" + "\n".join(f"  - {p}" for p in problems))
+        super().__init__(f"bad {what} parameters:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 @dataclass(frozen=True)
@@ -253,5 +253,5 @@ def parse_repair_request(params: Mapping[str, object]) -> RepairRequest:
     msg_ids = _msg_ids(p["msg_ids"], problems)
     max_messages, rate = _limits(p, problems)
     if problems:
-        raise ReplayParamError(problems)
+        raise ReplayParamError(problems, "repair")
     return RepairRequest(msg_ids, max_messages, rate, bool(p["dry_run"]), bool(p["force"]))
