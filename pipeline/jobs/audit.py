@@ -12,6 +12,7 @@ through Delta's history.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -220,11 +221,16 @@ def run_audit(
     *,
     master: str | None = None,
     progress: bool = True,
+    tables: Collection[str] | None = None,
 ) -> AuditResult:
-    """Audit the lake at `as_of_ms` (default: its last ingest time); returns a summary."""
+    """Audit the lake at `as_of_ms` (default: its last ingest time); returns a summary.
+    `tables`: only these audit tables (e.g. `audit_losses` after a repair); the rest stay."""
     started = time.monotonic()
     if not Path(lake).is_dir():
         raise ValueError(f"lake {lake} does not exist")
+    unknown = sorted(set(tables or ()) - set(AUDIT_TABLES))
+    if unknown:
+        raise ValueError(f"no audit table(s) {unknown}; known: {sorted(AUDIT_TABLES)}")
     thresholds = thresholds or AuditThresholds()
     spark = spark or build_spark("mqaudit-audit", master)
     apply_sql_conf(spark)
@@ -243,6 +249,8 @@ def run_audit(
             "seconds": 0.0,
         }
         for name, df in audit_tables(inputs, as_of, thresholds).items():
+            if tables is not None and name not in tables:
+                continue
             t0 = time.monotonic()
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
