@@ -255,7 +255,7 @@ def send_step(
             losses = [Loss(e.msg_id, e.topic) for e in todo]
             candidates, bodies, _ = ledger.sources(losses, io, lake)
             messages = {
-                m: _repair_message(candidates[m], body, repair_id) for m, body in bodies.items()
+                m: repair_message(candidates[m], body, repair_id) for m, body in bodies.items()
             }
             counts = send_all(
                 todo, messages, client, log, row, rate=request.messages_per_second,
@@ -267,7 +267,7 @@ def send_step(
     return {"repair_id": repair_id, "dry_run": False, **counts}
 
 
-def _repair_message(c: Candidate, body: Body, repair_id: str) -> Message:
+def repair_message(c: Candidate, body: Body, repair_id: str) -> Message:
     """The stub's message again: UNIQ_KEY, topic, TAGS, KEYS, the verified body, the run id."""
     return resend_message(c, body.data, {**(body.properties or {}), REPAIR_ID_PROPERTY: repair_id})
 

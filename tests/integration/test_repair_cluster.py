@@ -27,7 +27,7 @@ from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRec
 from broker_runtime.ledger.schema import message_stub
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.repair import REPAIR_ID_PROPERTY, _repair_message, plan_step
+from pipeline.jobs.repair import REPAIR_ID_PROPERTY, repair_message, plan_step
 from pipeline.lake import REPAIR_LOG, TABLES
 from pipeline.remediation.replay_request import RepairRequest
 from pipeline.remediation.resend_bodies import Body
@@ -131,7 +131,7 @@ def test_repair_of_lost_after_ack(tmp_path: Path, capsys: pytest.CaptureFixture[
         plan_step(str(lake), data_dir, killed, "r-killed", target=target, spark=spark)
         l3 = Candidate("L3", TOPIC, None, "order-L3", body_hash(BODIES["L3"]), 1)
         with BrokerClient(target, retry_times=0) as client:
-            client.send(_repair_message(l3, Body(BODIES["L3"], None, "test"), "r-killed"))
+            client.send(repair_message(l3, Body(BODIES["L3"], None, "test"), "r-killed"))
 
         real = repair("--no-dry-run", "--repair-id", "r-1")
         assert real["plan"]["settled"] == {"found_sent": 1, "not_stored": 0}
