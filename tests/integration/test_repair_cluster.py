@@ -27,7 +27,7 @@ from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRec
 from broker_runtime.ledger.schema import message_stub
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.repair import REPAIR_ID_PROPERTY, repair_message, plan_step
+from pipeline.jobs.repair import REPAIR_ID_PROPERTY, plan_step, repair_message
 from pipeline.lake import REPAIR_LOG, TABLES
 from pipeline.remediation.replay_request import RepairRequest
 from pipeline.remediation.resend_bodies import Body
