@@ -150,8 +150,8 @@ def _native_vacuum(spark: SparkSession, path: str, retention_hours: float) -> No
     try:
         SparkDeltaTable.forPath(spark, path).vacuum(retention_hours)
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key, old in saved.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
