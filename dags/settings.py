@@ -16,6 +16,7 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
 | mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
+| mqaudit_half_stuck_ms  | 66000              | a half message undecided this long is stuck |
 | mqaudit_audit_every_minutes | 60            | mq_audit's interval: divides 60 (parse time)|
 | mqaudit_vacuum_retention_hours | 168        | VACUUM keeps files younger than this        |
 
@@ -33,6 +34,8 @@ from typing import Any
 
 import pendulum
 
+from broker_runtime.common.constants import HALF_STUCK_AFTER_MS
+
 BROKER_CONN = "mqaudit_broker"
 SPARK_CONN = "mqaudit_spark"
 START = pendulum.datetime(2024, 1, 1, tz="UTC")  # static: runs are never backfilled
@@ -47,6 +50,7 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
     "mqaudit_max_send_count": "16",
+    "mqaudit_half_stuck_ms": "66000",
     "mqaudit_audit_every_minutes": "60",
     "mqaudit_vacuum_retention_hours": "168",
 }
@@ -103,6 +107,7 @@ class Settings:
     ledger_url: str | None
     spark_master: str
     max_send_count: int
+    half_stuck_ms: int = HALF_STUCK_AFTER_MS
     spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
@@ -127,6 +132,7 @@ class Settings:
             "ledger_url": "(set)" if self.ledger_url else None,
             "spark_master": self.spark_master,
             "max_send_count": self.max_send_count,
+            "half_stuck_ms": self.half_stuck_ms,
             "acl": self.access_key is not None,
         }
 
@@ -162,6 +168,10 @@ def load_settings() -> Settings:
     except ValueError as e:
         raise ValueError(f"Variable mqaudit_max_send_count must be an integer: {e}") from None
     try:
+        half_stuck_ms = int(variable("mqaudit_half_stuck_ms"))
+    except ValueError as e:
+        raise ValueError(f"Variable mqaudit_half_stuck_ms must be an integer: {e}") from None
+    try:
         spark_conf = json.loads(variable("mqaudit_spark_conf"))
         if not isinstance(spark_conf, dict):
             raise ValueError("not a JSON object")
@@ -175,6 +185,7 @@ def load_settings() -> Settings:
         ledger_url=variable("mqaudit_ledger_url") or None,
         spark_master=variable("mqaudit_spark_master"),
         max_send_count=max_send,
+        half_stuck_ms=half_stuck_ms,
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,
@@ -238,6 +249,7 @@ def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
         run_name=f"{dag_id}-{key}",
         as_of_ms=as_of_ms(ctx),
         max_send_count=settings.max_send_count,
+        half_stuck_ms=settings.half_stuck_ms,
         ledger_url=settings.ledger_url,
         spark_master=settings.spark_master,
     )
@@ -254,6 +266,7 @@ def step_templates(dag_id: str) -> dict[str, str]:
         "run_name": f"{dag_id}-{INTERVAL_TEMPLATE}",
         "as_of_ms": AS_OF_TEMPLATE,
         "max_send_count": var_template("mqaudit_max_send_count"),
+        "half_stuck_ms": var_template("mqaudit_half_stuck_ms"),
         "ledger_url": var_template("mqaudit_ledger_url"),
     }
 

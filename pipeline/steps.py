@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from broker_runtime.common.progress import reporter
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class RunInputs:
     run_name: str = "validate"
     as_of_ms: int | None = None
     max_send_count: int = DEFAULT_MAX_SEND_COUNT
+    half_stuck_ms: int = HALF_STUCK_AFTER_MS
     ledger_url: str | None = None
     spark_master: str | None = None
     progress: bool = True
@@ -55,6 +56,8 @@ class RunInputs:
     def __post_init__(self) -> None:
         if self.max_send_count < 1:
             raise ValueError(f"max_send_count must be >= 1, got {self.max_send_count}")
+        if self.half_stuck_ms < 0:
+            raise ValueError(f"half_stuck_ms must be >= 0, got {self.half_stuck_ms}")
 
 
 # RunInputs field -> the option of `mqaudit pipeline <command>` that sets it.
@@ -66,6 +69,7 @@ OPTIONS: dict[str, str] = {
     "run_name": "--run-name",
     "as_of_ms": "--as-of",
     "max_send_count": "--max-send-count",
+    "half_stuck_ms": "--half-stuck-ms",
     "ledger_url": "--ledger-url",
 }
 
@@ -134,7 +138,9 @@ def _audit(inputs: RunInputs, spark: SparkSession | None) -> AuditResult:
     from pipeline.jobs.audit import AuditThresholds, run_audit
     from pipeline.transforms.lag import LagThresholds
 
-    thresholds = AuditThresholds(inputs.lag or LagThresholds(), inputs.max_send_count)
+    thresholds = AuditThresholds(
+        inputs.lag or LagThresholds(), inputs.max_send_count, inputs.half_stuck_ms
+    )
     return run_audit(
         inputs.lake,
         spark,
@@ -195,7 +201,7 @@ INGEST = Step("ingest", "ingest", ("data_dir", "lake", "ledger_url"), _ingest)
 VALIDATE = Step(
     "validate", "validate", ("lake", "docs", "run_name", "max_send_count"), _validate, gate=True
 )
-AUDIT = Step("audit", "audit", ("lake", "as_of_ms", "max_send_count"), _audit)
+AUDIT = Step("audit", "audit", ("lake", "as_of_ms", "max_send_count", "half_stuck_ms"), _audit)
 REPORT = Step("report", "report", ("lake", "out", "docs", "run_name"), _report)
 DLQ_REPORT = Step("dlq_report", "dlq-report", ("lake", "out"), _dlq_report)
 

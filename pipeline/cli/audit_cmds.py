@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES
 from pipeline.spark_session import DEFAULT_MASTER
 from pipeline.steps import AUDIT, DLQ_REPORT, INGEST, REPORT, VALIDATE, RunInputs, Step, StepResult
@@ -39,6 +39,7 @@ def inputs_of(args: argparse.Namespace) -> RunInputs:
         run_name=get("run_name", "mqaudit"),
         as_of_ms=get("as_of"),
         max_send_count=get("max_send_count", DEFAULT_MAX_SEND_COUNT),
+        half_stuck_ms=get("half_stuck_ms", HALF_STUCK_AFTER_MS),
         ledger_url=get("ledger_url") or None,  # an empty template value: none
         spark_master=get("spark_master"),
         progress=not get("quiet", False),
@@ -89,6 +90,15 @@ def _max_send_count(parser: argparse.ArgumentParser, help: str | None = None) ->
     parser.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT, help=help)
 
 
+def _half_stuck_ms(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--half-stuck-ms",
+        type=int,
+        default=HALF_STUCK_AFTER_MS,
+        help="a half message without commit or rollback this long (ms) is half_stuck",
+    )
+
+
 def _as_of(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--as-of",
@@ -132,6 +142,7 @@ def _add_audit(cmds: Parsers) -> None:
     audit.add_argument("--warn-lag-ms", type=int, default=lag.warn_lag_ms)
     audit.add_argument("--stopped-after-ms", type=int, default=lag.stopped_after_ms)
     _max_send_count(audit)
+    _half_stuck_ms(audit)
     _quiet(audit)
     audit.set_defaults(func=cmd_audit)
 
@@ -176,6 +187,7 @@ def _add_run(cmds: Parsers) -> None:
     run.add_argument("--spark-master", default=DEFAULT_MASTER)
     _as_of(run, "the audit's time")
     _max_send_count(run)
+    _half_stuck_ms(run)
     run.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     _quiet(run)
     run.set_defaults(func=cmd_run)
