@@ -110,13 +110,14 @@ def audit_filters(
     """The `audit_filters` table. `messages` needs its `properties`; `log` RocketMQ's rows."""
     judged = _judged(messages, group_expressions(filters, as_of_ms), as_of_ms)
     seen = log.filter(F.col("received_at") <= as_of_ms)
-    first = seen.filter(F.col("reconsume_times") == 0).groupBy(
-        *_KEY, "queue_id", "queue_offset", "msg_id"
-    )
-    first = first.agg(
-        F.count(F.lit(1)).alias("deliveries"),
-        F.min("received_at").alias("first_ts"),
-        F.max("received_at").alias("last_ts"),
+    first = (
+        seen.filter(F.col("reconsume_times") == 0)
+        .groupBy(*_KEY, "queue_id", "queue_offset", "msg_id")
+        .agg(
+            F.count(F.lit(1)).alias("deliveries"),
+            F.min("received_at").alias("first_ts"),
+            F.max("received_at").alias("last_ts"),
+        )
     )
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     excluded = (
