@@ -12,12 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from broker_runtime.common.constants import SQL92, TAG
 from broker_runtime.common.java_hash import tags_code
 from broker_runtime.common.sql_filter import compile_sql
 
 SUB_ALL = "*"
-TAG = "TAG"
-SQL92 = "SQL92"
 
 
 class SubscriptionError(ValueError):

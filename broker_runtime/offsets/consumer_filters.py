@@ -31,11 +31,11 @@ from typing import Any
 
 import mmh3
 
+from broker_runtime.common.constants import SQL92
 from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
 from broker_runtime.offsets.json_file import CorruptStateError, read_with_backup, write_atomic
 
 CONSUMER_FILTER_FILE = Path("config") / "consumerFilter.json"
-SQL92 = "SQL92"  # ExpressionType.SQL92; TAG subscriptions are not kept
 DEAD_AT_LOAD_MS = 30_000  # ConsumerFilterManager.decode: "we think all consumers are dead"
 CLEAN_AFTER_MS = 24 * 3600 * 1000  # BrokerConfig.filterDataCleanTimeSpan
 BLOOM_ERROR_PERCENT = 20  # BrokerConfig.maxErrorRateOfBloomFilter

@@ -12,7 +12,7 @@ from __future__ import annotations
 import great_expectations as gx
 import great_expectations.expectations as gxe
 
-from broker_runtime.offsets.consumer_filters import SQL92
+from broker_runtime.common.constants import SQL92
 from expectations.suites.common import (
     MIN_TIMESTAMP_MS,
     SuiteSpec,

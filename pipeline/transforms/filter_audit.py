@@ -26,11 +26,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from broker_runtime.common import findings
+from broker_runtime.common.constants import SQL92
 from broker_runtime.common.sql_filter import SqlFilter, SqlFilterError, compile_sql
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform, latest_offsets, position_text
 
-SQL92 = "SQL92"
 _KEY = ["broker", "topic", "group"]
 
 
