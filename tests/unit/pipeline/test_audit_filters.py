@@ -10,14 +10,11 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common import findings as K
 from pipeline import schemas
-from pipeline.transforms.audit_common import MESSAGE_COLUMNS
-from pipeline.transforms.filter_audit import audit_filters, group_expressions, sql_matches
-from pipeline.transforms.losses import undelivered
+from pipeline.transforms.filter_audit import audit_filters, sql_matches
 from tests.unit.pipeline.audit_helpers import (
     T0,
     delivery,
     frame,
-    ingested,
     log,
     msg,
     offsets,
@@ -98,12 +95,3 @@ def test_delivered_but_excluded_and_matched_but_skipped(spark: SparkSession) -> 
     assert (excluded["first_ts"], excluded["last_ts"]) == (T0 + 1000, T0 + 2000)
     assert "broker-a/TopicA/0@1 delivered 2 time(s)" in excluded["detail"]
     assert (skipped["first_ts"], skipped["system"]) == (T0 + 300, "rocketmq")
-
-    # The losses audit leaves g1's TopicA to this one: without, every message g1's offset
-    # passed undelivered would be "never delivered", those its expression excludes too.
-    sql_groups = group_expressions(filter_rows, AS_OF).select("group", "broker", "topic")
-    args = (stored_rows.select(*MESSAGE_COLUMNS), frame(spark, schemas.MESSAGE_STUB, []))
-    args += (log(spark, deliveries), by_t, ingested(spark))
-    alone = [(r["msg_id"], r["group"]) for r in undelivered(*args).collect()]
-    assert sorted(alone) == [("K0", "g1"), ("K2", "g1"), ("K4", "g1")]  # K3 came as a retry
-    assert undelivered(*args, sql_groups).collect() == []
