@@ -83,6 +83,12 @@ _CATALOG = (
         "ingested",
         key=("broker", "producer_group", "uniq_key"),
     ),
+    Table(
+        "consumer_filters",
+        schemas.CONSUMER_FILTERS,
+        "ingested",
+        key=("broker", "broker_id", "snapshot_ts", "topic", "consumer_group"),
+    ),
     Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
     Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
     Table("audit_lag", audit_schemas.AUDIT_LAG, "audit"),
@@ -91,6 +97,7 @@ _CATALOG = (
     Table("manual_handling", audit_schemas.MANUAL_HANDLING, "audit"),
     Table("consistency", audit_schemas.CONSISTENCY, "audit"),
     Table("audit_transactions", audit_schemas.AUDIT_TRANSACTIONS, "audit"),
+    Table("audit_filters", audit_schemas.AUDIT_FILTERS, "audit"),
     Table("resend_log", audit_schemas.RESEND_LOG, "remediation"),
     Table("dlq_replay_log", audit_schemas.DLQ_REPLAY_LOG, "remediation"),
 )
