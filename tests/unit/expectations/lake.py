@@ -289,15 +289,9 @@ def bad_audits() -> dict[str, Rows]:
             state="committed",
         ),
         "audit_filters": finding(
-            "filtered_wrongly",
-            "K1",
-            "g1",
-            1,
-            cause="delivered_but_excluded",
-            expression="a > 1",
-            topic="TopicA",
-            queue_offset=1,
-        ),
+            "filtered_wrongly", "K1", "g1", 1, cause="delivered_but_excluded",
+            expression="a > 1", topic="TopicA", queue_offset=1,
+        ),  # fmt: skip
     }
 
 
