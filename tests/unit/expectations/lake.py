@@ -241,6 +241,10 @@ def bad_filters() -> Rows:
     ]
 
 
+BAD_FILTER = {"cause": "delivered_but_excluded", "expression": "a > 1", "topic": "TopicA"}
+BAD_FILTER |= {"queue_offset": 1}
+
+
 def good_audits() -> dict[str, Rows]:
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
@@ -288,10 +292,7 @@ def bad_audits() -> dict[str, Rows]:
             producer_group="pg",
             state="committed",
         ),
-        "audit_filters": finding(
-            "filtered_wrongly", "K1", "g1", 1, cause="delivered_but_excluded",
-            expression="a > 1", topic="TopicA", queue_offset=1,
-        ),  # fmt: skip
+        "audit_filters": finding("filtered_wrongly", "K1", "g1", 1, **BAD_FILTER),
     }
 
 
