@@ -12,6 +12,8 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_reports        | ~/mqaudit/reports  | reports, Data Docs and run summaries        |
 | mqaudit_namesrv        | (cluster.json)     | name servers, host:port;host:port           |
 | mqaudit_ledger_url     | (SQLite in DIR)    | PostgreSQL URL of both ledgers              |
+| mqaudit_rabbit_api     | (none)             | RabbitMQ management API: topology ingested  |
+| mqaudit_rabbit_vhosts  | /                  | its virtual hosts, comma-separated          |
 | mqaudit_spark_master   | local[2]           | Spark master of in-process jobs             |
 | mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
@@ -46,6 +48,8 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_reports": "~/mqaudit/reports",
     "mqaudit_namesrv": "",
     "mqaudit_ledger_url": "",
+    "mqaudit_rabbit_api": "",
+    "mqaudit_rabbit_vhosts": "/",
     "mqaudit_spark_master": "local[2]",
     "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
@@ -108,6 +112,8 @@ class Settings:
     spark_master: str
     max_send_count: int
     half_stuck_ms: int = HALF_STUCK_AFTER_MS
+    rabbit_api: str | None = None
+    rabbit_vhosts: str = "/"
     spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
@@ -133,6 +139,7 @@ class Settings:
             "spark_master": self.spark_master,
             "max_send_count": self.max_send_count,
             "half_stuck_ms": self.half_stuck_ms,
+            "rabbit_api": "(set)" if self.rabbit_api else None,
             "acl": self.access_key is not None,
         }
 
@@ -186,6 +193,8 @@ def load_settings() -> Settings:
         spark_master=variable("mqaudit_spark_master"),
         max_send_count=max_send,
         half_stuck_ms=half_stuck_ms,
+        rabbit_api=variable("mqaudit_rabbit_api") or None,
+        rabbit_vhosts=variable("mqaudit_rabbit_vhosts"),
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,
@@ -251,6 +260,8 @@ def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
         max_send_count=settings.max_send_count,
         half_stuck_ms=settings.half_stuck_ms,
         ledger_url=settings.ledger_url,
+        rabbit_api=settings.rabbit_api,
+        rabbit_vhosts=settings.rabbit_vhosts,
         spark_master=settings.spark_master,
     )
 
@@ -268,6 +279,8 @@ def step_templates(dag_id: str) -> dict[str, str]:
         "max_send_count": var_template("mqaudit_max_send_count"),
         "half_stuck_ms": var_template("mqaudit_half_stuck_ms"),
         "ledger_url": var_template("mqaudit_ledger_url"),
+        "rabbit_api": var_template("mqaudit_rabbit_api"),
+        "rabbit_vhosts": var_template("mqaudit_rabbit_vhosts"),
     }
 
 

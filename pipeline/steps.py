@@ -45,6 +45,8 @@ class RunInputs:
     max_send_count: int = DEFAULT_MAX_SEND_COUNT
     half_stuck_ms: int = HALF_STUCK_AFTER_MS
     ledger_url: str | None = None
+    rabbit_api: str | None = None  # RabbitMQ's management API: its topology is ingested too
+    rabbit_vhosts: str = "/"  # comma-separated
     spark_master: str | None = None
     progress: bool = True
     # Options of the single commands that `pipeline run` and the DAGs leave at their defaults.
@@ -71,6 +73,8 @@ OPTIONS: dict[str, str] = {
     "max_send_count": "--max-send-count",
     "half_stuck_ms": "--half-stuck-ms",
     "ledger_url": "--ledger-url",
+    "rabbit_api": "--rabbit-api",
+    "rabbit_vhosts": "--rabbit-vhosts",
 }
 
 
@@ -103,7 +107,11 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
 
     if inputs.data_dir is None and not inputs.broker_confs:
         raise ValueError("ingest needs a data dir or brokers' config files")
-    return run_ingest(
+    if inputs.rabbit_api:
+        from pipeline.jobs.rabbit import api_credentials
+
+        api_credentials(inputs.rabbit_api)  # a bad URL is refused before anything is read
+    result = run_ingest(
         inputs.data_dir,
         inputs.lake,
         spark,
@@ -113,6 +121,23 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
         broker_confs=inputs.broker_confs,
         range_bytes=inputs.range_bytes or DEFAULT_RANGE_BYTES,
         progress=inputs.progress,
+        allow_no_brokers=inputs.rabbit_api is not None,  # RabbitMQ alone: only its ledgers
+    )
+    if inputs.rabbit_api:
+        result["rabbit_topology"] = _rabbit_topology(inputs, inputs.rabbit_api, spark)
+    return result
+
+
+def _rabbit_topology(inputs: RunInputs, rabbit_api: str, spark: SparkSession | None) -> int:
+    """Snapshot RabbitMQ's topology into the lake, as `ingest-rabbit` does: the audit then
+    routes this interval's RabbitMQ publishes by the bindings of their time."""
+    from pipeline.jobs.rabbit import api_credentials, ingest_topology
+
+    api, user, password = api_credentials(rabbit_api)
+    vhosts = [v for v in inputs.rabbit_vhosts.split(",") if v] or ["/"]
+    session = _spark(spark, inputs, "ingest")
+    return ingest_topology(
+        session, inputs.lake, api, vhosts, user=user, password=password, progress=inputs.progress
     )
 
 
@@ -197,7 +222,9 @@ def _spark(spark: SparkSession | None, inputs: RunInputs, name: str) -> SparkSes
     return spark or build_spark(f"mqaudit-{name}", inputs.spark_master)
 
 
-INGEST = Step("ingest", "ingest", ("data_dir", "lake", "ledger_url"), _ingest)
+INGEST = Step(
+    "ingest", "ingest", ("data_dir", "lake", "ledger_url", "rabbit_api", "rabbit_vhosts"), _ingest
+)
 VALIDATE = Step(
     "validate", "validate", ("lake", "docs", "run_name", "max_send_count"), _validate, gate=True
 )

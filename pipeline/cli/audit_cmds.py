@@ -41,6 +41,8 @@ def inputs_of(args: argparse.Namespace) -> RunInputs:
         max_send_count=get("max_send_count", DEFAULT_MAX_SEND_COUNT),
         half_stuck_ms=get("half_stuck_ms", HALF_STUCK_AFTER_MS),
         ledger_url=get("ledger_url") or None,  # an empty template value: none
+        rabbit_api=get("rabbit_api") or None,
+        rabbit_vhosts=get("rabbit_vhosts") or "/",
         spark_master=get("spark_master"),
         progress=not get("quiet", False),
         broker_name=get("broker_name"),
@@ -62,6 +64,7 @@ def add_audit_parsers(cmds: Parsers) -> None:
     ingest.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
     ingest.add_argument("--spark-master", default=DEFAULT_MASTER)
     ingest.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    _rabbit(ingest)
     ingest.add_argument("--broker-name", default=None, help="broker name of a bare store dir")
     ingest.add_argument(
         "--broker-conf",
@@ -88,6 +91,18 @@ def _quiet(parser: argparse.ArgumentParser) -> None:
 
 def _max_send_count(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     parser.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT, help=help)
+
+
+def _rabbit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rabbit-api",
+        default=None,
+        help="RabbitMQ management API, http://USER:PASS@HOST:PORT/api: its topology is "
+        "snapshotted into the lake too (as ingest-rabbit does)",
+    )
+    parser.add_argument(
+        "--rabbit-vhosts", default="/", help="RabbitMQ virtual hosts, comma-separated"
+    )
 
 
 def _half_stuck_ms(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +204,7 @@ def _add_run(cmds: Parsers) -> None:
     _max_send_count(run)
     _half_stuck_ms(run)
     run.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    _rabbit(run)
     _quiet(run)
     run.set_defaults(func=cmd_run)
 

@@ -48,11 +48,13 @@ def run_ingest(
     broker_confs: Sequence[str | Path] = (),
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
+    allow_no_brokers: bool = False,
 ) -> IngestResult:
     """Ingest `data_dir` (a cluster data dir or one store dir) and the store roots of the
-    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary."""
+    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary.
+    `allow_no_brokers` accepts a data dir without brokers (a RabbitMQ system's ledgers)."""
     started = time.monotonic()
-    brokers = _brokers(data_dir, broker_name, broker_confs)  # bad paths fail before Spark starts
+    brokers = _brokers(data_dir, broker_name, broker_confs, required=not allow_no_brokers)
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
     job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
@@ -61,8 +63,12 @@ def run_ingest(
 
 
 def _brokers(
-    data_dir: str | Path | None, broker_name: str | None, confs: Sequence[str | Path]
+    data_dir: str | Path | None,
+    broker_name: str | None,
+    confs: Sequence[str | Path],
+    required: bool = True,
 ) -> list[Broker]:
+    """The brokers to read; bad paths fail here, before Spark starts."""
     found = discover_brokers(Path(data_dir), broker_name) if data_dir else []
     found += [read_broker_conf(Path(c)).broker for c in confs]
     seen: dict[tuple[str, int], str] = {}
@@ -70,7 +76,7 @@ def _brokers(
         other = seen.setdefault((b.name, b.broker_id), b.store_dir)
         if other != b.store_dir:
             raise ValueError(f"broker {b.name}/{b.broker_id} twice: {other} and {b.store_dir}")
-    if not found:
+    if not found and required:
         raise ValueError("nothing to ingest: give a data dir or broker configs")
     return found
 

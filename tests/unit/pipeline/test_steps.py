@@ -22,6 +22,8 @@ INPUTS = RunInputs(
     max_send_count=20,
     half_stuck_ms=5_000,  # not the default: the audit's command line must carry it
     ledger_url="postgresql://ledgers",
+    rabbit_api="http://u:p@rabbit:15672/api",
+    rabbit_vhosts="/,orders",
 )
 
 
