@@ -129,6 +129,7 @@ bench: $(JARS_STAMP) interop-build
 	$(PY) benchmarks/ingest_bench.py
 	$(PY) benchmarks/workload_bench.py
 	$(PY) benchmarks/audit_bench.py
+	$(PY) benchmarks/demo_bench.py
 
 # Re-resolve the pins from pyproject.toml (needs the package registries).
 lock:

@@ -12,10 +12,13 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_reports        | ~/mqaudit/reports  | reports, Data Docs and run summaries        |
 | mqaudit_namesrv        | (cluster.json)     | name servers, host:port;host:port           |
 | mqaudit_ledger_url     | (SQLite in DIR)    | PostgreSQL URL of both ledgers              |
+| mqaudit_rabbit_api     | (none)             | RabbitMQ management API: topology ingested  |
+| mqaudit_rabbit_vhosts  | /                  | its virtual hosts, comma-separated          |
 | mqaudit_spark_master   | local[2]           | Spark master of in-process jobs             |
 | mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
 | mqaudit_max_send_count | 16                 | sends after which a stub needs a person     |
+| mqaudit_half_stuck_ms  | 66000              | a half message undecided this long is stuck |
 | mqaudit_audit_every_minutes | 60            | mq_audit's interval: divides 60 (parse time)|
 | mqaudit_vacuum_retention_hours | 168        | VACUUM keeps files younger than this        |
 
@@ -33,6 +36,8 @@ from typing import Any
 
 import pendulum
 
+from broker_runtime.common.constants import HALF_STUCK_AFTER_MS
+
 BROKER_CONN = "mqaudit_broker"
 SPARK_CONN = "mqaudit_spark"
 START = pendulum.datetime(2024, 1, 1, tz="UTC")  # static: runs are never backfilled
@@ -43,10 +48,13 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_reports": "~/mqaudit/reports",
     "mqaudit_namesrv": "",
     "mqaudit_ledger_url": "",
+    "mqaudit_rabbit_api": "",
+    "mqaudit_rabbit_vhosts": "/",
     "mqaudit_spark_master": "local[2]",
     "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
     "mqaudit_max_send_count": "16",
+    "mqaudit_half_stuck_ms": "66000",
     "mqaudit_audit_every_minutes": "60",
     "mqaudit_vacuum_retention_hours": "168",
 }
@@ -103,6 +111,9 @@ class Settings:
     ledger_url: str | None
     spark_master: str
     max_send_count: int
+    half_stuck_ms: int = HALF_STUCK_AFTER_MS
+    rabbit_api: str | None = None
+    rabbit_vhosts: str = "/"
     spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
@@ -127,6 +138,8 @@ class Settings:
             "ledger_url": "(set)" if self.ledger_url else None,
             "spark_master": self.spark_master,
             "max_send_count": self.max_send_count,
+            "half_stuck_ms": self.half_stuck_ms,
+            "rabbit_api": "(set)" if self.rabbit_api else None,
             "acl": self.access_key is not None,
         }
 
@@ -162,6 +175,10 @@ def load_settings() -> Settings:
     except ValueError as e:
         raise ValueError(f"Variable mqaudit_max_send_count must be an integer: {e}") from None
     try:
+        half_stuck_ms = int(variable("mqaudit_half_stuck_ms"))
+    except ValueError as e:
+        raise ValueError(f"Variable mqaudit_half_stuck_ms must be an integer: {e}") from None
+    try:
         spark_conf = json.loads(variable("mqaudit_spark_conf"))
         if not isinstance(spark_conf, dict):
             raise ValueError("not a JSON object")
@@ -175,6 +192,9 @@ def load_settings() -> Settings:
         ledger_url=variable("mqaudit_ledger_url") or None,
         spark_master=variable("mqaudit_spark_master"),
         max_send_count=max_send,
+        half_stuck_ms=half_stuck_ms,
+        rabbit_api=variable("mqaudit_rabbit_api") or None,
+        rabbit_vhosts=variable("mqaudit_rabbit_vhosts"),
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,
@@ -238,7 +258,10 @@ def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
         run_name=f"{dag_id}-{key}",
         as_of_ms=as_of_ms(ctx),
         max_send_count=settings.max_send_count,
+        half_stuck_ms=settings.half_stuck_ms,
         ledger_url=settings.ledger_url,
+        rabbit_api=settings.rabbit_api,
+        rabbit_vhosts=settings.rabbit_vhosts,
         spark_master=settings.spark_master,
     )
 
@@ -254,7 +277,10 @@ def step_templates(dag_id: str) -> dict[str, str]:
         "run_name": f"{dag_id}-{INTERVAL_TEMPLATE}",
         "as_of_ms": AS_OF_TEMPLATE,
         "max_send_count": var_template("mqaudit_max_send_count"),
+        "half_stuck_ms": var_template("mqaudit_half_stuck_ms"),
         "ledger_url": var_template("mqaudit_ledger_url"),
+        "rabbit_api": var_template("mqaudit_rabbit_api"),
+        "rabbit_vhosts": var_template("mqaudit_rabbit_vhosts"),
     }
 
 

@@ -3,21 +3,26 @@
 Per table the context holds one dataframe asset with a whole-dataframe batch definition, one
 validation definition per table and suite with its checkpoint (pass/fail per expectation,
 cheap on Spark), and, once the table fails, one for the `<suite>.failed` suite that re-runs
-the failed expectations with sample rows named by the table's row id columns. Checkpoints
-carry an UpdateDataDocsAction when Data Docs are on.
+the failed expectations with sample rows named by the table's row id columns. Data Docs
+are built from the results the gates noted, once per `publish_docs()` (a checkpoint action
+would rebuild the site's index after every table).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import great_expectations as gx
-from great_expectations.checkpoint import UpdateDataDocsAction, ValidationAction
 from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.data_context.types.resource_identifiers import (
+    ExpectationSuiteIdentifier,
+)
 
+from expectations.offline_docs import localize
 from expectations.suites import spec_for
 
 SOURCE = "lakehouse"
@@ -68,6 +73,8 @@ class GateContext:
         self._source = self._spark_source()
         self._gates: dict[tuple[str, str], Gate] = {}
         self._suites: dict[str, gx.ExpectationSuite] = {}
+        self._unpublished: list[Any] = []  # result and suite ids not yet in Data Docs
+        self._unpublished_since = 0.0
 
     @property
     def docs_index(self) -> Path | None:
@@ -123,14 +130,10 @@ class GateContext:
                 name=f"{table}.{stored.name}", data=self._batch_definition(table), suite=stored
             )
         )
-        actions: list[ValidationAction] = []
-        if self.docs_dir is not None:
-            actions.append(UpdateDataDocsAction(name="docs", site_names=[SITE]))
         checkpoint = self.gx.checkpoints.add_or_update(
             gx.Checkpoint(
                 name=f"gate.{table}.{stored.name}",
                 validation_definitions=[validation],
-                actions=actions,
                 result_format=result_format,
             )
         )
@@ -168,6 +171,24 @@ class GateContext:
                 "partial_unexpected_count": self.sample_rows,
             },
         )
+
+    def note(self, checkpoint_result: Any) -> None:
+        """Remember a checkpoint run's results for the next `publish_docs()`."""
+        if self.docs_dir is None:
+            return
+        if not self._unpublished:
+            self._unpublished_since = time.time()
+        for result_id, result in checkpoint_result.run_results.items():
+            self._unpublished += [result_id, ExpectationSuiteIdentifier(name=result.suite_name)]
+
+    def publish_docs(self) -> None:
+        """Build the noted results' pages and the site's index, once, and make them read
+        offline (`localize`: the pages written since the first noted run)."""
+        if self.docs_dir is None or not self._unpublished:
+            return
+        ids, self._unpublished = self._unpublished, []
+        self.gx.build_data_docs(site_names=[SITE], resource_identifiers=ids)
+        localize(self.docs_dir, since=self._unpublished_since - 1.0)
 
 
 @functools.cache

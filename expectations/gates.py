@@ -21,7 +21,6 @@ from pyspark.sql import DataFrame
 
 from broker_runtime.common.progress import reporter
 from expectations.context import GateContext, shared_context
-from expectations.offline_docs import localize
 from expectations.results import GateResult, summarize
 from expectations.suites import SPECS
 from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
@@ -83,11 +82,13 @@ def run_gate(
     context: GateContext | None = None,
     raise_on_failure: bool = True,
     run_name: str | None = None,
+    publish: bool = True,
 ) -> GateResult:
     """Validate `df` as `table` with `suite` (default: the table's own) and `params`.
 
     Unset parameters take the suite's defaults. Without `context` the process-wide context
     for `docs_dir` is used. Raises GateFailed on failure unless `raise_on_failure` is false.
+    `publish=False` leaves the Data Docs to the caller's `context.publish_docs()`.
     """
     ctx = _context(context, docs_dir)
     spec = SPECS.get(table)
@@ -97,18 +98,22 @@ def run_gate(
     row_id = tuple(c for c in (spec.row_id if spec else ()) if c in checked.columns)
     gate = ctx.gate(table, suite, row_id)
     name = run_name or f"gate-{table}"
-    started, wall = time.perf_counter(), time.time()
+    started = time.perf_counter()
     try:
-        verdict = _only(gate.quick.run(**_run_args(checked, values, name)))
+        quick = gate.quick.run(**_run_args(checked, values, name))
+        ctx.note(quick)
+        verdict = _only(quick)
         failed = {r.expectation_config.id for r in verdict.results if not r.success}
         declared, evidence = gate.stored, None
         if failed:
             declared, detail = ctx.detail(gate, failed)
-            evidence = _only(detail.run(**_run_args(checked, values, name + "-failed")))
+            again = detail.run(**_run_args(checked, values, name + "-failed"))
+            ctx.note(again)
+            evidence = _only(again)
     finally:
         checked.unpersist()
-    if ctx.docs_dir is not None:
-        localize(ctx.docs_dir, since=wall - 1.0)  # the pages this run wrote
+    if publish:
+        ctx.publish_docs()
     docs = None if ctx.docs_index is None else str(ctx.docs_index)
     result = summarize(
         table, suite.name, verdict, evidence, declared, values, time.perf_counter() - started, docs
@@ -160,11 +165,13 @@ def run_all_gates(
             context=ctx,
             raise_on_failure=False,
             run_name=run_name,
+            publish=False,
         )
         results[table] = result
         if progress is not None:
             state = "passed" if result.success else f"FAILED {len(result.failures)} of"
             progress(f"{table}: {state} {result.evaluated} expectations, {result.seconds} s")
+    ctx.publish_docs()  # one build of the site for every table
     docs = None if ctx.docs_index is None else str(ctx.docs_index)
     summary: dict[str, Any] = {
         "success": all(r.success for r in results.values()),

@@ -107,3 +107,10 @@ AUDIT_TRANSACTIONS = struct_of(
     " half_queue_offset:long, checks:int, state:str, first_ts:long, last_ts:long, age_ms:long,"
     " detail:str, as_of_ms:long, system:str"
 )
+
+# One row per (message, group) a group's SQL92 expression was applied to wrongly
+# (pipeline.transforms.filter_audit); `expression` is the group's, from consumer_filters.
+AUDIT_FILTERS = struct_of(
+    f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, expression:str,"
+    " first_ts:long, last_ts:long, committed_offset:long, detail:str, as_of_ms:long, system:str"
+)

@@ -18,6 +18,7 @@ class IngestResult(TypedDict):
     quarantine: dict[str, int]  # damaged ranges per reason
     warnings: list[str]
     seconds: float
+    rabbit_topology: NotRequired[int]  # topology rows appended (a RabbitMQ API was given)
 
 
 class AuditTable(TypedDict):

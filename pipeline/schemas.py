@@ -78,6 +78,14 @@ CONSUMER_OFFSETS = struct_of(
     " committed_offset:long, max_offset:long, ingest_run:long, min_offset:long"
 )
 
+# The SQL92 subscriptions a broker kept (STORE/config/consumerFilter.json), one row per
+# (topic, group) per snapshot (the file's time); dead_ts null while the group is subscribed.
+CONSUMER_FILTERS = struct_of(
+    "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str,"
+    " expression_type:str, expression:str, client_version:long, born_ts:long, dead_ts:long,"
+    " ingest_run:long"
+)
+
 # The ledgers, as the broker's ledger schema (broker_runtime.ledger.schema) defines them.
 # The columns after updated_at / finished_at came later (RabbitMQ): `system` says whose row
 # it is (rocketmq for rows written before it existed, see LEDGER_DEFAULTS).

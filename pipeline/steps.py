@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from broker_runtime.common.progress import reporter
 
 if TYPE_CHECKING:
@@ -43,7 +43,10 @@ class RunInputs:
     run_name: str = "validate"
     as_of_ms: int | None = None
     max_send_count: int = DEFAULT_MAX_SEND_COUNT
+    half_stuck_ms: int = HALF_STUCK_AFTER_MS
     ledger_url: str | None = None
+    rabbit_api: str | None = None  # RabbitMQ's management API: its topology is ingested too
+    rabbit_vhosts: str = "/"  # comma-separated
     spark_master: str | None = None
     progress: bool = True
     # Options of the single commands that `pipeline run` and the DAGs leave at their defaults.
@@ -55,6 +58,8 @@ class RunInputs:
     def __post_init__(self) -> None:
         if self.max_send_count < 1:
             raise ValueError(f"max_send_count must be >= 1, got {self.max_send_count}")
+        if self.half_stuck_ms < 0:
+            raise ValueError(f"half_stuck_ms must be >= 0, got {self.half_stuck_ms}")
 
 
 # RunInputs field -> the option of `mqaudit pipeline <command>` that sets it.
@@ -66,7 +71,10 @@ OPTIONS: dict[str, str] = {
     "run_name": "--run-name",
     "as_of_ms": "--as-of",
     "max_send_count": "--max-send-count",
+    "half_stuck_ms": "--half-stuck-ms",
     "ledger_url": "--ledger-url",
+    "rabbit_api": "--rabbit-api",
+    "rabbit_vhosts": "--rabbit-vhosts",
 }
 
 
@@ -99,7 +107,11 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
 
     if inputs.data_dir is None and not inputs.broker_confs:
         raise ValueError("ingest needs a data dir or brokers' config files")
-    return run_ingest(
+    if inputs.rabbit_api:
+        from pipeline.jobs.rabbit import api_credentials
+
+        api_credentials(inputs.rabbit_api)  # a bad URL is refused before anything is read
+    result = run_ingest(
         inputs.data_dir,
         inputs.lake,
         spark,
@@ -109,6 +121,23 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
         broker_confs=inputs.broker_confs,
         range_bytes=inputs.range_bytes or DEFAULT_RANGE_BYTES,
         progress=inputs.progress,
+        allow_no_brokers=inputs.rabbit_api is not None,  # RabbitMQ alone: only its ledgers
+    )
+    if inputs.rabbit_api:
+        result["rabbit_topology"] = _rabbit_topology(inputs, inputs.rabbit_api, spark)
+    return result
+
+
+def _rabbit_topology(inputs: RunInputs, rabbit_api: str, spark: SparkSession | None) -> int:
+    """Snapshot RabbitMQ's topology into the lake, as `ingest-rabbit` does: the audit then
+    routes this interval's RabbitMQ publishes by the bindings of their time."""
+    from pipeline.jobs.rabbit import api_credentials, ingest_topology
+
+    api, user, password = api_credentials(rabbit_api)
+    vhosts = [v for v in inputs.rabbit_vhosts.split(",") if v] or ["/"]
+    session = _spark(spark, inputs, "ingest")
+    return ingest_topology(
+        session, inputs.lake, api, vhosts, user=user, password=password, progress=inputs.progress
     )
 
 
@@ -134,7 +163,9 @@ def _audit(inputs: RunInputs, spark: SparkSession | None) -> AuditResult:
     from pipeline.jobs.audit import AuditThresholds, run_audit
     from pipeline.transforms.lag import LagThresholds
 
-    thresholds = AuditThresholds(inputs.lag or LagThresholds(), inputs.max_send_count)
+    thresholds = AuditThresholds(
+        inputs.lag or LagThresholds(), inputs.max_send_count, inputs.half_stuck_ms
+    )
     return run_audit(
         inputs.lake,
         spark,
@@ -191,11 +222,13 @@ def _spark(spark: SparkSession | None, inputs: RunInputs, name: str) -> SparkSes
     return spark or build_spark(f"mqaudit-{name}", inputs.spark_master)
 
 
-INGEST = Step("ingest", "ingest", ("data_dir", "lake", "ledger_url"), _ingest)
+INGEST = Step(
+    "ingest", "ingest", ("data_dir", "lake", "ledger_url", "rabbit_api", "rabbit_vhosts"), _ingest
+)
 VALIDATE = Step(
     "validate", "validate", ("lake", "docs", "run_name", "max_send_count"), _validate, gate=True
 )
-AUDIT = Step("audit", "audit", ("lake", "as_of_ms", "max_send_count"), _audit)
+AUDIT = Step("audit", "audit", ("lake", "as_of_ms", "max_send_count", "half_stuck_ms"), _audit)
 REPORT = Step("report", "report", ("lake", "out", "docs", "run_name"), _report)
 DLQ_REPORT = Step("dlq_report", "dlq-report", ("lake", "out"), _dlq_report)
 

@@ -46,10 +46,11 @@ def small_config(tmp_path: Path) -> StoreConfig:
 # The longest test files (minutes each) start first, so that under `make test`'s two workers
 # they overlap with the rest instead of running alone at the end.
 LONGEST_FIRST = (
+    "tests/dags/test_spark_cluster.py",
     "tests/integration/test_demo.py",
+    "tests/dags/test_scheduler.py",
     "tests/integration/test_audit_truth.py",
     "tests/dags/test_dag_runs.py",
-    "tests/dags/test_spark_cluster.py",
 )
 
 

@@ -35,6 +35,7 @@ from broker_runtime.common.message import Message
 from broker_runtime.common.topics import AUTO_CREATE_TOPIC
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
+from broker_runtime.offsets.consumer_filters import ConsumerFilterManager
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.remoting.bodies import PERM_INHERIT, PERM_READ
 from broker_runtime.remoting.client import RemotingClient
@@ -63,6 +64,7 @@ class BrokerController:
             config.max_reconsume_times,
         )
         self.offsets = ConsumerOffsets(config.store.store_dir)
+        self.filters = ConsumerFilterManager(config.store.store_dir, self.clock.now_ms())
         self.damaged = DamagedUnits(config.store.store_dir)
         self.consumers = ConsumerManager()
         self.stats = BrokerStats(self.clock.now_ms())
@@ -180,6 +182,7 @@ class BrokerController:
             await self.ha_slave.stop()
         await self.outbound.close()
         self.offsets.persist()
+        self.filters.persist(self.clock.now_ms())
         self.executor.shutdown(wait=True)
         if self.store is not None:
             self.store.shutdown()

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker_runtime.common.constants import SQL92, TAG
 from broker_runtime.common.java_hash import tags_code
 from broker_runtime.common.message import StoredMessage
 from broker_runtime.common.sql_filter import SqlFilter, compile_sql
 
 SUB_ALL = "*"
-TAG = "TAG"  # ExpressionType.TAG
-SQL92 = "SQL92"  # ExpressionType.SQL92
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,8 +47,9 @@ async def _persist_offsets_loop(ctl: BrokerController) -> None:
         await asyncio.sleep(every)
         try:
             await loop.run_in_executor(None, ctl.offsets.persist)
+            await loop.run_in_executor(None, ctl.filters.persist, ctl.clock.now_ms())
         except OSError as e:
-            log.error("persisting consumer offsets failed: %s", e)
+            log.error("persisting consumer offsets or filters failed: %s", e)
 
 
 async def _offset_history_loop(ctl: BrokerController) -> None:

@@ -130,7 +130,7 @@ class ConsumerBase:
 
     def _heartbeat_data(self) -> HeartbeatData:
         subs = [
-            SubscriptionData(t, s.expression, s.expression_type)
+            SubscriptionData(t, s.expression, s.expression_type, s.sub_version)
             for t, s in self.subscriptions.items()
         ]
         consumer = ConsumerData(

@@ -9,14 +9,14 @@ expression is compiled here when subscribing, so a bad one fails at once with it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
+from broker_runtime.common.constants import SQL92, TAG
 from broker_runtime.common.java_hash import tags_code
 from broker_runtime.common.sql_filter import compile_sql
 
 SUB_ALL = "*"
-TAG = "TAG"
-SQL92 = "SQL92"
 
 
 class SubscriptionError(ValueError):
@@ -30,6 +30,8 @@ class Subscription:
     tags: frozenset[str]  # empty for "*"
     codes: frozenset[int]
     expression_type: str = TAG
+    # When it was built (RocketMQ's SubscriptionData.subVersion), sent with each heartbeat.
+    sub_version: int = field(default_factory=lambda: time.time_ns() // 1_000_000, compare=False)
 
     @property
     def all(self) -> bool:

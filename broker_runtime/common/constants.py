@@ -28,3 +28,7 @@ NAME_PATTERN = r"[%|a-zA-Z0-9_-]{1,127}"
 # RocketMQ's transactionTimeOut (6 s) + transactionCheckInterval (60 s) defaults, by when a
 # check pass must have taken it up.
 HALF_STUCK_AFTER_MS = 66_000
+
+# Subscription expression types (ExpressionType.TAG, ExpressionType.SQL92).
+TAG = "TAG"
+SQL92 = "SQL92"

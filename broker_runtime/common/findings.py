@@ -31,6 +31,8 @@ CHECK_GAVE_UP = "check_gave_up"  # moved to TRANS_CHECK_MAX_TIME_TOPIC after the
 ROLLED_BACK_BUT_DELIVERED = "rolled_back_but_delivered"
 COMMITTED_TWICE = "committed_twice"
 COMMITTED_NEVER_CONSUMED = "committed_never_consumed"
+# SQL92 subscriptions (audit_filters): the group's expression, from consumerFilter.json.
+FILTERED_WRONGLY = "filtered_wrongly"
 
 # Why a message reached one group more than once (audit_duplicates.cause).
 RETRY_AFTER_FAILURE = "retry_after_failure"
@@ -66,6 +68,10 @@ NO_COMMITTED_COPY = "no_committed_copy"  # delivered, yet the store holds no cop
 END_TRANSACTION_REPEATED = "end_transaction_repeated"  # two commits of one half unit
 COMMIT_OF_RECHECKED_HALF = "commit_of_rechecked_half"  # commits of the half and its re-append
 OFFSET_NOT_REACHED = "offset_not_reached"  # the group's offset stopped before the message
+
+# Why a message was filtered wrongly (audit_filters.cause).
+DELIVERED_BUT_EXCLUDED = "delivered_but_excluded"  # the group got it; its expression says no
+MATCHED_BUT_SKIPPED = "matched_but_skipped"  # matches; the group's offset passed it, undelivered
 
 # The kinds the workload's truth.json records (what it injected and can tell from its
 # journals); the audit finds these and more.
@@ -108,6 +114,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         COMMITTED_TWICE,
         COMMITTED_NEVER_CONSUMED,
     ),
+    "audit_filters": (FILTERED_WRONGLY,),
 }
 
 # A transaction's state in the `transactions` table.
@@ -140,4 +147,6 @@ COUNTS: dict[str, str] = {
     ROLLED_BACK_BUT_DELIVERED: "(message, group) pairs: rolled back, yet the group got it",
     COMMITTED_TWICE: "transactions whose half message was committed more than once",
     COMMITTED_NEVER_CONSUMED: "(message, group) pairs: committed, never received by the group",
+    FILTERED_WRONGLY: "(message, group) pairs: delivered though the group's SQL92 expression "
+    "excludes it, or matching it and passed by the group's offset without delivery",
 }

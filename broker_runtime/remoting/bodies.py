@@ -126,6 +126,9 @@ class SubscriptionData:
     topic: str
     sub_string: str = "*"
     expression_type: str = "TAG"  # or SQL92
+    # The client's build time of this subscription (RocketMQ's subVersion); a newer one may
+    # replace the broker's consumer filter. Not part of what a subscription is.
+    sub_version: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)
@@ -159,6 +162,7 @@ class HeartbeatData:
                                 "topic": s.topic,
                                 "subString": s.sub_string,
                                 "expressionType": s.expression_type,
+                                "subVersion": s.sub_version,
                             }
                             for s in c.subscriptions
                         ],
@@ -186,6 +190,7 @@ class HeartbeatData:
                                 str(s["topic"]),
                                 str(s.get("subString", "*")),
                                 str(s.get("expressionType") or "TAG"),
+                                int(s.get("subVersion") or 0),
                             )
                             for s in c.get("subscriptionDataSet", [])
                         ],

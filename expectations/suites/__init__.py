@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from expectations.suites import audits, ledgers, messages, quarantine, queues, transactions
+from expectations.suites import (
+    audits,
+    filters,
+    ledgers,
+    messages,
+    quarantine,
+    queues,
+    transactions,
+)
 from expectations.suites.common import SuiteSpec, suite_parameters
 
 SPECS: dict[str, SuiteSpec] = {
@@ -15,6 +23,7 @@ SPECS: dict[str, SuiteSpec] = {
         ledgers.LOG_SPEC,
         quarantine.SPEC,
         transactions.SPEC,
+        filters.SPEC,
         *audits.SPECS,
     ]
 }
@@ -27,6 +36,7 @@ INGESTED_TABLES = (
     "message_log",
     "quarantine",
     "transactions",
+    "consumer_filters",
 )
 AUDIT_TABLES = tuple(t for t in SPECS if t not in INGESTED_TABLES)
 

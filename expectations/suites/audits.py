@@ -34,6 +34,8 @@ CONSISTENCY_KINDS = [
 ]
 
 TRANSACTION_KINDS = list(findings.KINDS["audit_transactions"])
+FILTER_KINDS = list(findings.KINDS["audit_filters"])
+FILTER_CAUSES = [findings.DELIVERED_BUT_EXCLUDED, findings.MATCHED_BUT_SKIPPED]
 
 _FINDING_ID = ("kind", "cause", "group", "msg_id", "count")
 
@@ -164,6 +166,19 @@ def audit_transactions_suite() -> gx.ExpectationSuite:
     )
 
 
+def audit_filters_suite() -> gx.ExpectationSuite:
+    """A filter finding names its message, group, expression and cause; bounded (a broker
+    that filters as its consumers subscribed: none)."""
+    return _finding(
+        "audit_filters",
+        "filter_kinds",
+        1,
+        *not_null(["msg_id", "group", "expression", "topic", "queue_offset"]),
+        gxe.ExpectColumnValuesToBeInSet(column="cause", value_set=FILTER_CAUSES),
+        _at_most("max_filtered_wrongly"),
+    )
+
+
 _DAY_MS = 86_400_000
 SPECS = [
     SuiteSpec(
@@ -238,5 +253,12 @@ SPECS = [
         {"transaction_kinds": TRANSACTION_KINDS, **{f"max_{k}": 0 for k in TRANSACTION_KINDS}},
         _FINDING_ID,
         doc={f"max_{k}": f"at most this many `{k}` rows" for k in TRANSACTION_KINDS},
+    ),
+    SuiteSpec(
+        "audit_filters",
+        audit_filters_suite,
+        {"filter_kinds": FILTER_KINDS, "max_filtered_wrongly": 0},
+        (*_FINDING_ID, "topic", "queue_offset"),
+        doc={"max_filtered_wrongly": f"at most this many `{findings.FILTERED_WRONGLY}` rows"},
     ),
 ]

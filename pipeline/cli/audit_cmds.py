@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT
+from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES
 from pipeline.spark_session import DEFAULT_MASTER
 from pipeline.steps import AUDIT, DLQ_REPORT, INGEST, REPORT, VALIDATE, RunInputs, Step, StepResult
@@ -39,7 +39,10 @@ def inputs_of(args: argparse.Namespace) -> RunInputs:
         run_name=get("run_name", "mqaudit"),
         as_of_ms=get("as_of"),
         max_send_count=get("max_send_count", DEFAULT_MAX_SEND_COUNT),
+        half_stuck_ms=get("half_stuck_ms", HALF_STUCK_AFTER_MS),
         ledger_url=get("ledger_url") or None,  # an empty template value: none
+        rabbit_api=get("rabbit_api") or None,
+        rabbit_vhosts=get("rabbit_vhosts") or "/",
         spark_master=get("spark_master"),
         progress=not get("quiet", False),
         broker_name=get("broker_name"),
@@ -61,6 +64,7 @@ def add_audit_parsers(cmds: Parsers) -> None:
     ingest.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
     ingest.add_argument("--spark-master", default=DEFAULT_MASTER)
     ingest.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    _rabbit(ingest)
     ingest.add_argument("--broker-name", default=None, help="broker name of a bare store dir")
     ingest.add_argument(
         "--broker-conf",
@@ -87,6 +91,27 @@ def _quiet(parser: argparse.ArgumentParser) -> None:
 
 def _max_send_count(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     parser.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT, help=help)
+
+
+def _rabbit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rabbit-api",
+        default=None,
+        help="RabbitMQ management API, http://USER:PASS@HOST:PORT/api: its topology is "
+        "snapshotted into the lake too (as ingest-rabbit does)",
+    )
+    parser.add_argument(
+        "--rabbit-vhosts", default="/", help="RabbitMQ virtual hosts, comma-separated"
+    )
+
+
+def _half_stuck_ms(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--half-stuck-ms",
+        type=int,
+        default=HALF_STUCK_AFTER_MS,
+        help="a half message without commit or rollback this long (ms) is half_stuck",
+    )
 
 
 def _as_of(parser: argparse.ArgumentParser, what: str) -> None:
@@ -132,6 +157,7 @@ def _add_audit(cmds: Parsers) -> None:
     audit.add_argument("--warn-lag-ms", type=int, default=lag.warn_lag_ms)
     audit.add_argument("--stopped-after-ms", type=int, default=lag.stopped_after_ms)
     _max_send_count(audit)
+    _half_stuck_ms(audit)
     _quiet(audit)
     audit.set_defaults(func=cmd_audit)
 
@@ -176,7 +202,9 @@ def _add_run(cmds: Parsers) -> None:
     run.add_argument("--spark-master", default=DEFAULT_MASTER)
     _as_of(run, "the audit's time")
     _max_send_count(run)
+    _half_stuck_ms(run)
     run.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
+    _rabbit(run)
     _quiet(run)
     run.set_defaults(func=cmd_run)
 

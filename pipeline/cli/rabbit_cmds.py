@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +34,9 @@ def add_rabbit_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]
     p.set_defaults(func=cmd_ingest_rabbit)
 
 
-def api_credentials(api: str) -> tuple[str, str, str]:
-    """(URL without credentials, user, password) of a management API URL."""
-    parts = urllib.parse.urlsplit(api)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--api must be an http(s) URL, got {api!r}")
-    host = parts.hostname + (f":{parts.port}" if parts.port else "")
-    bare = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-    user = urllib.parse.unquote(parts.username or "guest")
-    return bare, user, urllib.parse.unquote(parts.password or "guest")
-
-
 def cmd_ingest_rabbit(args: argparse.Namespace) -> int:
     from pipeline.jobs.ledger_ingest import ingest_ledgers
-    from pipeline.jobs.rabbit import ingest_topology
+    from pipeline.jobs.rabbit import api_credentials, ingest_topology
     from pipeline.spark_session import build_spark
 
     api, user, password = api_credentials(args.api)

@@ -34,6 +34,7 @@ from pipeline.transforms.audit_common import MESSAGE_COLUMNS
 from pipeline.transforms.consistency import audit_consistency
 from pipeline.transforms.dead_letters import audit_dead_letters
 from pipeline.transforms.duplicates import audit_duplicates
+from pipeline.transforms.filter_audit import audit_filters, group_expressions
 from pipeline.transforms.lag import LagThresholds, audit_lag
 from pipeline.transforms.losses import audit_losses
 from pipeline.transforms.rabbit import (
@@ -76,6 +77,8 @@ class _Inputs:
     ledger_log: DataFrame
     rabbit_routes: DataFrame  # the queues each RabbitMQ publish had to reach
     transactions: DataFrame
+    filters: DataFrame  # consumer_filters
+    filtered_messages: DataFrame  # `messages` with their properties, of the filtered topics
 
     def unpersist(self) -> None:
         for df in vars(self).values():
@@ -122,6 +125,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     stubs = read("message_stub", schemas.MESSAGE_STUB).persist(keep)
     log = read("message_log", schemas.MESSAGE_LOG).persist(keep)
     routes = required_routes(io.spark, stubs, read(TOPOLOGY.name, TOPOLOGY.schema))
+    filters = read("consumer_filters", schemas.CONSUMER_FILTERS).persist(keep)
     return _Inputs(
         messages=messages.persist(keep),
         consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
@@ -135,6 +139,10 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         ledger_log=log,
         rabbit_routes=routes.persist(keep),
         transactions=read("transactions", schemas.TRANSACTIONS),
+        filters=filters,
+        filtered_messages=read("messages", schemas.MESSAGES).join(
+            filters.select("broker", "topic").distinct(), on=["broker", "topic"], how="left_semi"
+        ),
     )
 
 
@@ -153,7 +161,13 @@ def audit_tables(
             rabbit_duplicates(i.ledger_log, as_of_ms)
         ),
         "audit_losses": audit_losses(
-            i.messages, i.stubs, i.log, i.offsets, ingested_until(i.checkpoint), as_of_ms
+            i.messages,
+            i.stubs,
+            i.log,
+            i.offsets,
+            ingested_until(i.checkpoint),
+            as_of_ms,
+            group_expressions(i.filters, as_of_ms).select("group", "broker", "topic"),
         ).unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms)),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
         "audit_dead_letters": audit_dead_letters(
@@ -167,6 +181,7 @@ def audit_tables(
         "audit_transactions": audit_transactions(
             i.transactions, i.messages, i.log, i.offsets, as_of_ms, thresholds.half_stuck_ms
         ),
+        "audit_filters": audit_filters(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms),
     }
 
 

@@ -1,6 +1,7 @@
 """Ingest a cluster data dir into the lake: messages, consume_queue, consumer_offsets,
-message_stub, message_log, quarantine and ingest_checkpoint, each at LAKE/<table>, and
-`transactions`, derived from all of `messages` by each run that read something.
+consumer_filters, message_stub, message_log, quarantine and ingest_checkpoint, each at
+LAKE/<table>, and `transactions`, derived from all of `messages` by each run that read
+something.
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
 pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
@@ -27,7 +28,7 @@ from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, in
 from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
 from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
-from pipeline.readers.store_files import offset_history, offset_snapshot, plan_cq
+from pipeline.readers.store_files import filter_snapshot, offset_history, offset_snapshot, plan_cq
 from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 from pipeline.transforms.transactions import transactions_table
@@ -47,11 +48,13 @@ def run_ingest(
     broker_confs: Sequence[str | Path] = (),
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
+    allow_no_brokers: bool = False,
 ) -> IngestResult:
     """Ingest `data_dir` (a cluster data dir or one store dir) and the store roots of the
-    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary."""
+    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary.
+    `allow_no_brokers` accepts a data dir without brokers (a RabbitMQ system's ledgers)."""
     started = time.monotonic()
-    brokers = _brokers(data_dir, broker_name, broker_confs)  # bad paths fail before Spark starts
+    brokers = _brokers(data_dir, broker_name, broker_confs, required=not allow_no_brokers)
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
     job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
@@ -60,8 +63,12 @@ def run_ingest(
 
 
 def _brokers(
-    data_dir: str | Path | None, broker_name: str | None, confs: Sequence[str | Path]
+    data_dir: str | Path | None,
+    broker_name: str | None,
+    confs: Sequence[str | Path],
+    required: bool = True,
 ) -> list[Broker]:
+    """The brokers to read; bad paths fail here, before Spark starts."""
     found = discover_brokers(Path(data_dir), broker_name) if data_dir else []
     found += [read_broker_conf(Path(c)).broker for c in confs]
     seen: dict[tuple[str, int], str] = {}
@@ -69,7 +76,7 @@ def _brokers(
         other = seen.setdefault((b.name, b.broker_id), b.store_dir)
         if other != b.store_dir:
             raise ValueError(f"broker {b.name}/{b.broker_id} twice: {other} and {b.store_dir}")
-    if not found:
+    if not found and required:
         raise ValueError("nothing to ingest: give a data dir or broker configs")
     return found
 
@@ -113,6 +120,7 @@ class _Ingest:
         summaries = self._messages(plan, range_bytes)
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
+        self._filters(brokers, plan.run)
         self._ledgers(ledger_url)
         self._quarantine(plan, summaries)
         if plan.has_work:
@@ -253,6 +261,24 @@ class _Ingest:
                     rows += [{**r, "ingest_run": run} for r in one.rows]
         if rows:
             self.appended["consumer_offsets"] = self._append_rows("consumer_offsets", rows)
+
+    def _filters(self, brokers: list[Broker], run: int) -> None:
+        """Each broker's consumerFilter.json, once per version of the file (its time)."""
+        have = {
+            (r["broker"], r["broker_id"], r["snapshot_ts"]) for r in self._rows("consumer_filters")
+        }
+        rows = []
+        for b in brokers:
+            try:
+                snap = filter_snapshot(b)
+            except CorruptStateError as e:
+                file = "config/consumerFilter.json"
+                self.quarantine.append(_bad(b, file, 0, -1, 0, "bad_filters_json", str(e)))
+                continue
+            if snap is not None and (b.name, b.broker_id, snap.snapshot_ts) not in have:
+                rows += [{**r, "ingest_run": run} for r in snap.rows]
+        if rows:
+            self.appended["consumer_filters"] = self._append_rows("consumer_filters", rows)
 
     def _ledgers(self, ledger_url: str | None) -> None:
         sources = ledger_sources(self.data_dir, ledger_url)

@@ -133,12 +133,25 @@ def _native_optimize(spark: SparkSession, path: str, zorder: list[str]) -> tuple
 def _native_vacuum(spark: SparkSession, path: str, retention_hours: float) -> None:
     from delta.tables import DeltaTable as SparkDeltaTable
 
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    check = spark.conf.get(key, "true")
     # The retention is the Variable's, chosen by the operator: below delta-spark's default
-    # its safety check would refuse it.
-    spark.conf.set(key, "false" if retention_hours < DELTA_DEFAULT_RETENTION_HOURS else "true")
+    # its safety check would refuse it. VACUUM lists the table's directories in as many
+    # tasks as partition discovery may use (10,000 by default: 30 s of empty tasks for a
+    # small table on two cores); twice the cores is plenty.
+    check = "false" if retention_hours < DELTA_DEFAULT_RETENTION_HOURS else "true"
+    settings = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": check,
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            2 * spark.sparkContext.defaultParallelism
+        ),
+    }
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         SparkDeltaTable.forPath(spark, path).vacuum(retention_hours)
     finally:
-        spark.conf.set(key, check or "true")
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,17 @@ ROUTES = struct_of(
     "msg_id:str, queue:str, snapshot_ts:long, message_ttl:long, max_length:long, overflow:str,"
     " dead_letter_exchange:str"
 )
+
+
+def api_credentials(api: str) -> tuple[str, str, str]:
+    """(URL without credentials, user, password) of a management API URL."""
+    parts = urllib.parse.urlsplit(api)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"a RabbitMQ management API must be an http(s) URL, got {api!r}")
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    bare = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    user = urllib.parse.unquote(parts.username or "guest")
+    return bare, user, urllib.parse.unquote(parts.password or "guest")
 
 
 def ingest_topology(

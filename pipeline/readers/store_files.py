@@ -1,4 +1,5 @@
-"""ConsumeQueue files and consumer offset snapshots of a store dir -> Arrow / rows.
+"""ConsumeQueue files, consumer offset and consumer filter snapshots of a store dir -> Arrow /
+rows.
 
 Read-only, like broker_runtime.store.inspection: safe next to a running broker.
 """
@@ -14,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_runtime.offsets import offset_history as offset_history_files
+from broker_runtime.offsets.consumer_filters import consumer_filter_path, read_consumer_filters
 from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
 from broker_runtime.offsets.json_file import CorruptStateError
 from broker_runtime.store.consume_queue import ENTRY_SIZE
@@ -208,3 +210,29 @@ def offset_history(broker: Broker) -> tuple[list[OffsetSnapshot], list[ValueErro
         rows = _snapshot_rows(broker, entry.timestamp, entry.offsets, entry.bounds)
         snapshots.append(OffsetSnapshot(entry.timestamp, rows))
     return snapshots, errors
+
+
+def filter_snapshot(broker: Broker) -> OffsetSnapshot | None:
+    """The broker's consumerFilter.json as `consumer_filters` rows, dated by the file's time;
+    None without the file; CorruptStateError when neither it nor its .bak can be read."""
+    path = consumer_filter_path(broker.store_dir)
+    source = path if path.exists() else path.with_name(path.name + ".bak")
+    if not source.exists():
+        return None
+    snapshot_ts = os.stat(source).st_mtime_ns // 1_000_000
+    rows = [
+        {
+            "broker": broker.name,
+            "broker_id": broker.broker_id,
+            "snapshot_ts": snapshot_ts,
+            "topic": e.topic,
+            "consumer_group": e.consumer_group,
+            "expression_type": e.expression_type,
+            "expression": e.expression,
+            "client_version": e.client_version,
+            "born_ts": e.born_time,
+            "dead_ts": e.dead_time if e.dead else None,
+        }
+        for e in read_consumer_filters(broker.store_dir)
+    ]
+    return OffsetSnapshot(snapshot_ts, rows)

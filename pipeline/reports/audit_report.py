@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from broker_runtime.common import findings
-from pipeline.reports import plots, transactions_section
+from pipeline.reports import filters_section, plots, transactions_section
 from pipeline.reports.render import write_html
 from pipeline.reports.summary import attention, summarize, worst
 from pipeline.reports.tables import Tables, load_tables
@@ -28,6 +28,7 @@ PLOTS = {
     "dead_letters": "dead_letters_by_group_age.png",
     "losses": "losses_by_cause.png",
     "transactions": "transactions_by_cause.png",
+    "filters": filters_section.PLOT,
 }
 
 
@@ -58,12 +59,17 @@ def render_report(
         "transactions": transactions_section.transactions_by_cause(
             tables.get(transactions_section.TABLE), out / PLOTS["transactions"]
         ),
+        "filters": filters_section.filters_by_cause(
+            tables.get(filters_section.TABLE), out / PLOTS["filters"]
+        ),
     }
     drawn = {k: p for k, p in written.items() if isinstance(p, Path)}
     summary = summarize(tables)
     tx = transactions_section.section(tables)
     summary["transactions"] = tx["kinds"]
-    summary["problems"] = [*summary["problems"], *tx["problems"]]
+    fw = filters_section.section(tables)
+    summary["filters"] = fw["causes"]
+    summary["problems"] = [*summary["problems"], *tx["problems"], *fw["problems"]]
     docs, docs_note = _docs_link(out, docs_dir)
     html = write_html(
         "audit.html.j2",
@@ -78,6 +84,7 @@ def render_report(
         docs=docs,
         docs_note=docs_note,
         tx=tx,
+        fw=fw,
         generated=int(time.time() * 1000),
     )
     return {

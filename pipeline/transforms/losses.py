@@ -9,8 +9,10 @@
 - `expired_before_consumed`: a stored message (or a confirmed stub) below its queue's min
   offset (its file was deleted) that a subscribing group never received.
 
-Subscriptions are not in the lake; a group is taken to subscribe to the (topic, tag) pairs it
-has received at least once, so that messages a tag filter skipped are not reported.
+Tag subscriptions are not in the lake; a group is taken to subscribe to the (topic, tag) pairs
+it has received at least once, so that messages a tag filter skipped are not reported. A group
+with a SQL92 expression on a broker's topic (`sql_groups`: group, broker, topic) is left to the
+filter audit (pipeline.transforms.filter_audit), which knows which messages it takes.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def undelivered(
     log: DataFrame,
     offsets: DataFrame,
     ingested: DataFrame,
+    sql_groups: DataFrame | None = None,
 ) -> DataFrame:
     """never_delivered and expired_before_consumed rows."""
     copies = stored_copies(messages)
@@ -134,8 +137,11 @@ def undelivered(
         positions.withColumn("tag_key", _tag_key("tags"))
         .join(subs, on=["topic", "tag_key"], how="inner")
         .join(delivered, on=["group", "uniq_key"], how="left_anti")
-        .join(latest, on=[*QUEUE, "group"], how="left")
-        .join(min_offsets, on=QUEUE, how="left")
+    )
+    if sql_groups is not None:
+        candidates = candidates.join(sql_groups, on=["group", "broker", "topic"], how="left_anti")
+    candidates = candidates.join(latest, on=[*QUEUE, "group"], how="left").join(
+        min_offsets, on=QUEUE, how="left"
     )
     expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
     passed = F.col("committed_offset") > F.col("queue_offset")
@@ -191,11 +197,12 @@ def audit_losses(
     offsets: DataFrame,
     ingested: DataFrame,
     as_of_ms: int,
+    sql_groups: DataFrame | None = None,
 ) -> DataFrame:
     """The `audit_losses` table; `ingested` has (broker, ingested_to_ms)."""
     min_offsets = queue_min_offsets(offsets)
     return (
         lost_after_ack(stubs, messages, log, min_offsets, ingested)
-        .unionByName(undelivered(messages, stubs, log, offsets, ingested))
+        .unionByName(undelivered(messages, stubs, log, offsets, ingested, sql_groups))
         .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
     )

@@ -4,7 +4,9 @@ A broker-a master store is written through the broker's own store and send-back/
 rules (a producer resend, a message that fails into the DLQ through two retries), copied to
 its slave as replication would, with SQLite ledgers beside it (one stub confirmed at an
 offset its queue never had) and two consumerOffset.json snapshots where group g2 does not
-move. Ingest runs twice (one per snapshot), then the audit and both reports.
+move; group g3 subscribes to TopicB by SQL92 (consumerFilter.json) and got one message its
+expression excludes and missed one it matches. Ingest runs twice (one per snapshot), then
+the audit and both reports.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from broker_runtime.common.message import UNIQ_KEY, Message
 from broker_runtime.ledger.consumer import ConsumerLedger, Receipt
 from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRecord
 from broker_runtime.ledger.schema import Outcome
+from broker_runtime.offsets.consumer_filters import ConsumerFilterManager
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
 from expectations.gates import run_all_gates
@@ -43,6 +46,8 @@ T0 = 1_700_000_000_000
 SNAPSHOT_1 = T0 + 3_600_000
 SNAPSHOT_2 = SNAPSHOT_1 + 120_000
 TOPIC = "TopicA"
+TOPIC_B = "TopicB"
+SQL = "color = 'red'"
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +126,38 @@ def _write_ledgers(data_dir: Path, clock: FakeClock, placed: dict[str, Any]) -> 
     consumer.close()
 
 
+def _write_filtered(store_dir: Path, data_dir: Path, clock: FakeClock) -> None:
+    """F0..F3 in TopicB, red and blue; g3's SQL92 expression registered before them; g3's
+    offset past them all; g3 received F0 (red) and F1 (blue: excluded), not F2 (red)."""
+    config = StoreConfig(store_dir=store_dir, segment_size=1 << 20, cq_entries_per_file=1000)
+    filters = ConsumerFilterManager(store_dir, clock.now_ms())
+    filters.register_group("g3", [(TOPIC_B, SQL, "SQL92", clock.now_ms())], clock.now_ms())
+    filters.persist(clock.now_ms())
+    placed = []
+    with MessageStore(config, clock=clock) as store:
+        for i, color in enumerate(("red", "blue", "red", "blue")):
+            clock.advance(1000)
+            props = {UNIQ_KEY: f"F{i}", "color": color}
+            msg = Message(TOPIC_B, b"f", props, queue_id=0, born_timestamp=clock.now_ms() - 5)
+            placed += store.put_messages([msg])
+        store.wait_dispatched()
+        offsets = ConsumerOffsets(store_dir)
+        offsets.commit(TOPIC_B, "g3", 0, store.max_offset(TOPIC_B, 0))
+        offsets.persist()
+    consumer = ConsumerLedger.open(data_dir, clock=clock)
+    got = [Receipt(f"F{i}", TOPIC_B, "g3", "c3", "broker-a", 0, placed[i].queue_offset, 0)
+           for i in (0, 1)]  # fmt: skip
+    consumer.record_outcome([(i, Outcome.CONSUMED) for i in consumer.record_received(got)])
+    consumer.close()
+
+
 @pytest.fixture(scope="module")
 def lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     data_dir = tmp_path_factory.mktemp("cluster")
     master = data_dir / "brokers" / "broker-a" / "master"
     clock = FakeClock(T0)
     placed = _write_store(master, clock)
+    _write_filtered(master, data_dir, clock)
     shutil.copytree(master, master.with_name("slave"))  # what replication gives the slave
     _write_ledgers(data_dir, clock, placed)
     lake = tmp_path_factory.mktemp("lake")
@@ -186,8 +217,16 @@ def test_audit_finds_the_injected_faults(
         for r in sorted(lag, key=lambda r: r["snapshot_ts"])
     ] == [(SNAPSHOT_1, 4, "WARN"), (SNAPSHOT_2, 4, "STALLED")]
     assert lag[0]["msg_id"] == "U0"  # the oldest message g2 has not consumed
-    assert tables["audit_lag"]["latest_status"] == {"OK": 2, "STALLED": 1}
+    assert tables["audit_lag"]["latest_status"] == {"OK": 3, "STALLED": 1}
     assert tables["consistency"]["rows"] == 0
+
+    # g3's SQL92 expression, judged by the broker's evaluator over the stored properties; the
+    # losses audit (nothing but L1 above) leaves g3's filtered TopicB to it.
+    filtered = _rows(spark, lake, "audit_filters", "true")
+    assert sorted((r["msg_id"], r["group"], r["cause"], r["expression"]) for r in filtered) == [
+        ("F1", "g3", "delivered_but_excluded", SQL),
+        ("F2", "g3", "matched_but_skipped", SQL),
+    ]
 
     # The reports, through the command line as the DAGs' shell tasks would run them.
     assert main(["pipeline", "report", "--lake", str(lake), "--out", str(tmp_path / "r")]) == 0
@@ -218,12 +257,14 @@ def test_audit_tables_pass_their_gates_bar_the_injected_faults(
         ("audit_lag", "max_lag_ms"),  # g2 waits since U0 was stored
         ("audit_lag", "failing_lag_statuses"),  # g2 STALLED
         ("audit_dead_letters", "max_dead_letter_age_ms"),  # U2, stored in 2023
+        ("audit_filters", "max_filtered_wrongly"),  # F1 and F2
     }
     relaxed = {
         "audit_duplicates": {"max_duplicate_effects": 1},
         "audit_losses": {"max_losses": 1},
         "audit_lag": {"max_lag_ms": 10**13, "failing_lag_statuses": []},
         "audit_dead_letters": {"max_dead_letter_age_ms": 10**13},
+        "audit_filters": {"max_filtered_wrongly": 2},
     }
     assert run_all_gates(tables, params=relaxed, raise_on_failure=False, progress=None)["success"]
 

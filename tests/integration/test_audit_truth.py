@@ -52,7 +52,7 @@ from tests.integration.test_workload import run_workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-SEEDS = (1, 2, 3)
+SEEDS = (1, 2)  # the demo's test holds seed 7 to the truth message by message too
 MESSAGES = 270  # 27 per scenario (the workload's least is 24)
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
 

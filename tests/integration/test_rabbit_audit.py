@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,9 +21,9 @@ from pyspark.sql import SparkSession
 from broker_runtime.workload.rabbit import DLX, EXCHANGE, run_rabbit_faults
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.ledger_ingest import ingest_ledgers
 from pipeline.jobs.rabbit import ingest_topology
 from pipeline.lake import AUDIT_TABLES, table_path
+from pipeline.steps import INGEST, RunInputs
 from tests.rabbitmq import RabbitNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # Spark at load 20: minutes
@@ -49,8 +50,11 @@ def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -
             vhosts[seed]: run_rabbit_faults(rabbit_node.amqp_url(vhosts[seed]), data, seed)
             for seed in SEEDS
         }
-        ingest_topology(spark, lake, api, list(vhosts.values()), progress=False)
-        appended = ingest_ledgers(spark, lake, data, progress=False)
+        # As mq_audit's ingest step takes it: the topology and the ledgers, no RocketMQ broker.
+        inputs = RunInputs(lake, data, rabbit_api=api, rabbit_vhosts=",".join(vhosts.values()))
+        ingested = INGEST.run(replace(inputs, progress=False), spark)
+        assert ingested["rabbit_topology"] > 0 and ingested["brokers"] == []
+        appended = ingested["appended"]
         summary = run_audit(lake, spark, progress=False)
         io = DeltaIO(spark)
         rows = {

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from broker_runtime.ledger.producer import ProducerLedger
 from broker_runtime.rabbit.publisher import LedgeredPublisher
-from pipeline.cli.rabbit_cmds import api_credentials
+from pipeline.jobs.rabbit import api_credentials
 from tests.rabbitmq import RabbitNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # Spark at load 20: minutes

@@ -17,6 +17,7 @@ from broker_runtime.client.model import ReceivedMessage, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.common.sql_filter import SqlFilterError, compile_sql
+from broker_runtime.offsets.consumer_filters import read_consumer_filters
 from broker_runtime.remoting.protocol import RequestCode, ResponseCode
 from tests.integration.cluster_fixtures import Cluster, RawClient, running_cluster
 from tests.integration.test_clients_cluster import FIRST, collector, config, create_topic, until
@@ -105,6 +106,21 @@ def test_a_sql92_subscription_gets_exactly_the_messages_its_expression_takes(
         assert sorted(m.body.decode() for m in by_sql) == sorted(want_sql)
         assert sorted(m.body.decode() for m in by_tag) == sorted(want_b)
         assert sorted(m.body.decode() for m in by_tags_in_sql) == sorted(want_b30)
+        # The broker kept the SQL92 subscriptions (not the tag one) in consumerFilter.json,
+        # and marks them dead once their consumers left (written every persist interval).
+        store = cluster.store_dir("broker-a-master")
+        await until(
+            lambda: (
+                {(e.consumer_group, e.dead) for e in read_consumer_filters(store)}
+                == {("g-sql", True), ("g-tags-sql", True)}
+            ),
+            30,
+            "consumerFilter.json with both SQL92 groups, dead",
+        )
+        kept = {e.consumer_group: e for e in read_consumer_filters(store)}
+        assert (kept["g-sql"].topic, kept["g-sql"].expression) == (topic, EXPR)
+        assert kept["g-tags-sql"].expression_type == "SQL92"
+        assert kept["g-sql"].client_version > 0 and kept["g-sql"].born_time > 0
 
     asyncio.run(t())
 

@@ -65,6 +65,7 @@ FAULT_TABLES = (
     "audit_dead_letters",
     "consistency",
     "audit_transactions",
+    "audit_filters",
 )
 COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
 DUPLICATE_EFFECT = "duplicate_effect"  # a consequence of delivered_twice, not a fault of its own

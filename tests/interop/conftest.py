@@ -36,9 +36,13 @@ class RealRocketMQ:
 def real_rocketmq(
     interop_classpath: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealRocketMQ]:
-    """Apache RocketMQ 4.9's name server and one broker (broker-r of cluster `interop`)."""
+    """Apache RocketMQ 4.9's name server and one broker (broker-r of cluster `interop`), its
+    SQL92 filter on (enablePropertyFilter)."""
     home = tmp_path_factory.mktemp("rocketmq")
-    with real_namesrv(home / "namesrv") as ns, real_broker(home / "broker", ns.addr) as broker:
+    with (
+        real_namesrv(home / "namesrv") as ns,
+        real_broker(home / "broker", ns.addr, enablePropertyFilter="true") as broker,
+    ):
         yield RealRocketMQ(ns, broker)
 
 

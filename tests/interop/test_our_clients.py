@@ -10,7 +10,9 @@ queue and offset; nothing missing, nothing extra.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,11 @@ from broker_runtime.client.producer import Producer
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.sync import SyncProducer
 from broker_runtime.common.message import UNIQ_KEY, Message
+from broker_runtime.offsets.consumer_filters import (
+    ConsumerFilterManager,
+    consumer_filter_path,
+    encode_filters,
+)
 from tests.interop.conftest import RealRocketMQ
 from tests.interop.our_clients_checks import (
     BROKER_ADDS,
@@ -320,3 +327,42 @@ def test_failed_messages_go_to_retry_then_dlq_on_the_real_broker(
         dlq_copy = Message(f"%DLQ%{group}", msg.body, {**msg.properties, **lineage})
         check_seen_by_java(row, dlq_copy, None, adds=BROKER_ADDS | {"MIN_OFFSET", "MAX_OFFSET"})
         assert (row["topic"], row["reconsumeTimes"]) == (f"%DLQ%{group}", 2)
+
+
+def test_our_sql92_subscription_is_kept_as_the_real_broker_keeps_it(
+    real_rocketmq: RealRocketMQ, tmp_path: Path
+) -> None:
+    """The real broker's consumerFilter.json (written every 10 s) after our SQL92 consumer's
+    heartbeats: the same entry mqaudit's broker writes for that subscription, Bloom filter
+    bits and all; its clientVersion is our subscription's subVersion."""
+    ns, topic, group = real_rocketmq.namesrv_addr, "OurFilterT", "oc_sql_filter"
+    expression = "color = 'red' AND n BETWEEN 1 AND 5"
+    store = Path(real_rocketmq.broker.settings["storePathRootDir"])
+
+    def kept() -> dict[str, Any] | None:
+        path = consumer_filter_path(store)
+        by_topic = json.loads(path.read_text())["filterDataByTopic"] if path.exists() else {}
+        return by_topic.get(topic, {}).get("groupFilterData", {}).get(group)
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        async with Producer(ns, "oc_producer") as p:  # the topic exists before the route query
+            await p.send(ours(topic, 0))
+        consumer = PushConsumer(ns, group, Got().listener, ConsumerOptions(consume_from=FIRST))
+        consumer.subscribe(topic, expression, "SQL92")
+        await consumer.start()
+        try:
+            async with asyncio.timeout(40):
+                while (entry := kept()) is None:
+                    await asyncio.sleep(0.2)
+        finally:
+            await consumer.shutdown()
+        return consumer.subscriptions[topic].sub_version, entry
+
+    version, real = asyncio.run(run())
+    assert (real["clientVersion"], real["deadTime"], real["dead"]) == (version, 0, False)
+    mine = ConsumerFilterManager(tmp_path, now_ms=0)
+    mine.register_group(group, [(topic, expression, "SQL92", version)], real["bornTime"])
+    assert encode_filters(mine.entries())["filterDataByTopic"][topic] == {
+        "groupFilterData": {group: real},
+        "topic": topic,
+    }

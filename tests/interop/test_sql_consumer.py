@@ -6,12 +6,14 @@ it, and an expression the broker cannot parse is refused with the position of th
 from __future__ import annotations
 
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from broker_runtime.offsets.consumer_filters import read_consumer_filters
 from tests.integration.cluster_fixtures import Cluster, running_cluster
 from tests.interop.conftest import MQAUDIT_SETTINGS
 from tests.interop.rocketmq import _java_env, java_argv
@@ -73,6 +75,29 @@ def test_each_sql_consumer_gets_exactly_the_messages_its_expression_matches(
     for row in got:
         props = RUNS[sent[row["msgId"]]][1]
         assert {k: row["properties"].get(k) for k in props} == props
+
+
+def test_mqaudits_broker_keeps_the_official_consumers_expression(
+    cluster: Cluster, sent: dict[str, str]
+) -> None:
+    """consumerFilter.json on mqaudit's broker: the official consumer's expression, its
+    subVersion (the client's clock when it subscribed) as clientVersion, dead once it left."""
+    before = int(time.time() * 1000)
+    got = consume(cluster.namesrv_addr, "j_sql_kept", TOPIC, "--sql", "size > 10",
+                  "--expect", "2", "--idle-ms", "8000")  # fmt: skip
+    assert _ids(got) == Counter(m for m, run in sent.items() if run == "blue")
+    after = int(time.time() * 1000)
+    store = cluster.store_dir("broker-a-master")
+    deadline = time.monotonic() + 30
+    while True:
+        kept = {e.consumer_group: e for e in read_consumer_filters(store)}.get("j_sql_kept")
+        if (kept is not None and kept.dead) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert kept is not None and kept.dead, kept
+    assert (kept.topic, kept.expression, kept.expression_type) == (TOPIC, "size > 10", "SQL92")
+    # A later heartbeat with a newer subVersion and the same expression keeps bornTime.
+    assert before <= kept.born_time <= after and before <= kept.client_version <= after
 
 
 def test_a_tag_consumer_beside_them_still_gets_its_tags(

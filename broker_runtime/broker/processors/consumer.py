@@ -34,7 +34,10 @@ IN_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 40 
 
 
 def notify_ids_changed(ctl: BrokerController, group: str) -> None:
-    """Tell every client of `group` to rebalance (oneway, best effort)."""
+    """Tell every client of `group` to rebalance (oneway, best effort). A group whose last
+    client left has its consumer filters marked dead (RocketMQ's UNREGISTER event)."""
+    if group not in ctl.consumers.groups:
+        ctl.filters.unregister(group, ctl.clock.now_ms())
     cfg = ctl.groups.table.get(group)
     if cfg is not None and not cfg.notify_consumer_ids_changed_enable:
         return
@@ -85,6 +88,10 @@ class ConsumerProcessor:
             if c.message_model == "CLUSTERING" and ctl.is_master and group.retry_queue_nums > 0:
                 ensure_retry_topic(ctl, group)
             now = ctl.clock.now_ms()
+            subs = [
+                (s.topic, s.sub_string, s.expression_type, s.sub_version) for s in c.subscriptions
+            ]
+            ctl.filters.register_group(c.group_name, subs, now)  # every heartbeat, as RocketMQ
             if ctl.consumers.register(hb.client_id, conn, c, now, cmd.language, cmd.version):
                 log.info("group %s: client %s joined or changed", c.group_name, hb.client_id)
                 notify_ids_changed(ctl, c.group_name)

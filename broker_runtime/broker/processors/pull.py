@@ -12,10 +12,11 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from broker_runtime.broker.message_filter import SQL92, Subscription, parse_subscription
+from broker_runtime.broker.message_filter import Subscription, parse_subscription
 from broker_runtime.broker.processors.pull_access import PullGate, pull_gate
 from broker_runtime.broker.pull_reader import GetResult, GetStatus, read_queue
 from broker_runtime.broker.subscription_groups import SubscriptionGroupConfig
+from broker_runtime.common.constants import SQL92
 from broker_runtime.common.sql_filter import SqlFilterError
 from broker_runtime.common.topics import validate_group, validate_topic
 from broker_runtime.remoting.bodies import MASTER_ID

@@ -219,6 +219,32 @@ def transaction(state: str = "committed", **over: Any) -> Rows:
     return [row | over]
 
 
+def consumer_filter(group: str = "g1", **over: Any) -> dict[str, Any]:
+    """One consumerFilter.json entry of broker-a's master, snapshotted at T0."""
+    row = {"broker": "broker-a", "broker_id": 0, "snapshot_ts": T0, "topic": "TopicA"}
+    row |= {"consumer_group": group, "expression_type": "SQL92", "expression": "a > 1"}
+    row |= {"client_version": T0 - 5, "born_ts": T0 - 5, "dead_ts": None}
+    return row | over
+
+
+def good_filters() -> Rows:
+    return [consumer_filter(), consumer_filter("g2", dead_ts=T0 - 1)]
+
+
+def bad_filters() -> Rows:
+    return [
+        *good_filters(),
+        consumer_filter(expression="b = 2"),  # g1 twice in one snapshot
+        consumer_filter("g3", expression_type="TAG"),
+        consumer_filter("g4", born_ts=1_700_000_000),  # seconds, not milliseconds
+        consumer_filter("g 5"),
+    ]
+
+
+BAD_FILTER = {"cause": "delivered_but_excluded", "expression": "a > 1", "topic": "TopicA"}
+BAD_FILTER |= {"queue_offset": 1}
+
+
 def good_audits() -> dict[str, Rows]:
     return {
         "audit_duplicates": finding("stored_twice", "U1", None, 2, cause="producer_resend")
@@ -237,6 +263,7 @@ def good_audits() -> dict[str, Rows]:
         "manual_handling": [],
         "consistency": [],
         "audit_transactions": [],
+        "audit_filters": [],
     }
 
 
@@ -265,6 +292,7 @@ def bad_audits() -> dict[str, Rows]:
             producer_group="pg",
             state="committed",
         ),
+        "audit_filters": finding("filtered_wrongly", "K1", "g1", 1, **BAD_FILTER),
     }
 
 
@@ -280,6 +308,7 @@ def lake(spark: SparkSession, bad: bool) -> dict[str, DataFrame]:
         "transactions": transaction("half_done", half_units=0, commit_ts=T0 - 1)
         if bad
         else transaction(),
+        "consumer_filters": bad_filters() if bad else good_filters(),
     }
     tables = {t: frame(spark, TABLES[t], rows) for t, rows in ingested.items()}
     audits = bad_audits() if bad else good_audits()
@@ -357,4 +386,11 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_PAIR, ("commit_ts", "half_ts")),
     },
     "audit_transactions": {(_ROWS, ())},
+    "consumer_filters": {
+        (_COMPOUND, ("broker", "broker_id", "snapshot_ts", "topic", "consumer_group")),
+        (_IN_SET, ("expression_type",)),
+        (_BETWEEN, ("born_ts",)),
+        (_REGEX, ("consumer_group",)),
+    },
+    "audit_filters": {(_ROWS, ())},
 }

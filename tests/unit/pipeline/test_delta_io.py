@@ -15,7 +15,13 @@ from pyspark.sql import SparkSession
 from pipeline import spark_session
 from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
 from pipeline.schemas import struct_of
-from pipeline.spark_session import BACKEND_ENV, delta_conf, delta_packages, native_delta_available
+from pipeline.spark_session import (
+    BACKEND_ENV,
+    delta_conf,
+    delta_packages,
+    native_delta_available,
+    resolved_jars,
+)
 
 SCHEMA = struct_of("k:long, part:str, v:str, m:map")
 
@@ -114,6 +120,24 @@ def test_sessions_get_the_cached_delta_jars_or_fall_back_with_one_line(
     assert caplog.records == []
     monkeypatch.setenv(BACKEND_ENV, "native")  # forced: fetched if missing, never skipped
     assert delta_conf({"spark.jars.ivy": str(tmp_path / "empty")})["spark.jars.packages"]
+
+
+def test_a_session_names_the_jars_resolved_before_while_they_are_all_there(
+    tmp_path: Path,
+) -> None:
+    packages = "io.delta:delta-spark_4.2_2.13:4.4.0"
+    jars = [tmp_path / "jars" / f"{n}.jar" for n in ("delta-spark", "delta-storage")]
+    assert resolved_jars(packages, tmp_path) is None  # never resolved here
+    listed = tmp_path / "mqaudit-resolved-delta-spark_4.2_2.13-4.4.0.txt"
+    listed.write_text("\n".join([packages, *(f"file://{j}" for j in jars)]) + "\n")
+    assert resolved_jars(packages, tmp_path) is None  # the jars are gone
+    jars[0].parent.mkdir()
+    for jar in jars:
+        jar.touch()
+    assert resolved_jars(packages, tmp_path) == ",".join(f"file://{j}" for j in jars)
+    assert resolved_jars(packages.replace("4.4.0", "4.4.1"), tmp_path) is None  # other version
+    listed.write_text("io.delta:delta-spark_4.2_2.13:4.3.0\n" + f"file://{jars[0]}\n")
+    assert resolved_jars(packages, tmp_path) is None  # a list for other coordinates
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common.message import ORIGIN_MESSAGE_ID, REAL_TOPIC, RETRY_TOPIC
 from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of
+from broker_runtime.offsets.consumer_filters import ConsumerFilterManager, consumer_filter_path
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, history
 from pipeline.jobs.ingest import run_ingest
@@ -22,13 +23,20 @@ from tests.unit.pipeline import ledgers
 from tests.unit.pipeline.stores import stored, varied, write_store
 
 pytestmark = pytest.mark.slow
-RANGE = 24 * 1024  # several ranges per 64 KiB segment: split points are exercised
+RANGE = 24 * 1024
+FILTER_BORN = 1_700_000_000_000  # several ranges per 64 KiB segment: split points are exercised
 
 
 def make_cluster(root: Path) -> Path:
     data = root / "data"
     a = data / "brokers" / "broker-a" / "master"
     write_store(a, varied(150), offsets={("Topic0", "groupA", 0): 7, ("Topic1", "groupA", 2): 3})
+    filters = ConsumerFilterManager(a, now_ms=0)  # groupA's SQL92 subscription, since left
+    filters.register_group(
+        "groupA", [("Topic0", "a > 1", "SQL92", 5), ("Topic1", "*", "TAG", 5)], FILTER_BORN
+    )
+    filters.unregister("groupA", FILTER_BORN + 10)
+    filters.persist(FILTER_BORN + 20)
     shutil.copytree(a, data / "brokers" / "broker-a" / "slave")
     write_store(data / "brokers" / "broker-b" / "master", varied(60, start=1000))
     ledgers.create(data, [ledgers.stub(i) for i in range(20)], [ledgers.log(i) for i in range(30)])
@@ -132,6 +140,29 @@ def test_consume_queue_offsets_and_ledgers(
         ledgers.log(i) for i in range(30)
     ]
     assert [r["id"] for r in logs] == list(range(1, 31))
+
+
+def test_consumer_filters_are_read_from_consumerfilter_json(
+    spark: SparkSession, ingested: tuple[Path, Path]
+) -> None:
+    data, lake = ingested
+    got = sorted(rows(spark, lake, "consumer_filters"), key=lambda r: r["broker_id"])
+    master = data / "brokers" / "broker-a" / "master"
+    when = {
+        b: consumer_filter_path(data / "brokers" / "broker-a" / n).stat().st_mtime_ns // 10**6
+        for b, n in ((0, "master"), (1, "slave"))
+    }
+    assert master.exists() and [(r["broker"], r["broker_id"]) for r in got] == [
+        ("broker-a", 0),
+        ("broker-a", 1),  # the slave's copy (copied with the store)
+    ]
+    for r in got:
+        assert r == {
+            "broker": "broker-a", "broker_id": r["broker_id"], "snapshot_ts": when[r["broker_id"]],
+            "topic": "Topic0", "consumer_group": "groupA", "expression_type": "SQL92",
+            "expression": "a > 1", "client_version": 5, "born_ts": FILTER_BORN,
+            "dead_ts": FILTER_BORN + 10, "ingest_run": 1,
+        }  # fmt: skip
 
 
 def test_tables_readable_by_deltalake_and_spark(

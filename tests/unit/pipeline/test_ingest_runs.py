@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from sqlalchemy import insert, update
 
 from broker_runtime.offsets import offset_history
+from broker_runtime.offsets.consumer_filters import consumer_filter_path
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
@@ -195,6 +196,7 @@ def test_a_masters_offset_history_is_ingested_once_as_snapshots_of_their_own(
         entry = offset_history.snapshot(ts, {"Topic0@hist": {0: committed}}, lambda t, q: (0, 5))
         offset_history.write(store_dir, entry, keep=10)
     (offset_history.history_dir(store_dir) / "4000.json").write_text("{not json")
+    consumer_filter_path(store_dir).write_text('{"filterDataByTopic": {"T": [1]}}')
     lake = tmp_path / "lake"
     ingest(spark, data, lake)
     ingest(spark, data, lake)  # the same snapshots again: nothing added
@@ -206,3 +208,10 @@ def test_a_masters_offset_history_is_ingested_once_as_snapshots_of_their_own(
     assert history == [(1_000, 1, 5), (2_000, 2, 5), (3_000, 3, 5)]
     (bad,) = [q for q in rows(spark, lake, "quarantine") if q["reason"] == "bad_offsets_json"]
     assert "4000.json" in bad["detail"] and bad["file"] == "config/offsetHistory"
+    # A damaged consumerFilter.json (no .bak) is said, and read from no other broker.
+    (bad,) = [q for q in rows(spark, lake, "quarantine") if q["reason"] == "bad_filters_json"]
+    assert "not a filterDataByTopic table" in bad["detail"]
+    assert bad["file"] == "config/consumerFilter.json"
+    assert (bad["broker"], bad["broker_id"]) == (store_dir.parent.name, 0)
+    kept = {(r["broker"], r["broker_id"]) for r in rows(spark, lake, "consumer_filters")}
+    assert (store_dir.parent.name, 0) not in kept and ("broker-a", 1) in kept

@@ -110,6 +110,10 @@ def _tables() -> Tables:
             "audit_transactions",
             [_finding("check_gave_up", "transaction_check_max", "T1", None, 3, age_ms=H)],
         ),
+        "audit_filters": _table(
+            "audit_filters",
+            [_finding("filtered_wrongly", "matched_but_skipped", "S1", "g1", 1, topic="TopicA")],
+        ),
     }
 
 
@@ -145,6 +149,7 @@ def test_audit_report_has_summary_plots_and_docs_link(tmp_path: Path) -> None:
         "1 queue(s) stalled or stopped",
         "1 consistency finding(s)",
         "1 transaction(s) given up by the check-back",
+        "1 message(s) matching a group's SQL92 expression passed without delivery",
     ]
     assert "2 lost message(s)" in html
     assert re.search(r"<td>L1</td>", html)
@@ -152,7 +157,7 @@ def test_audit_report_has_summary_plots_and_docs_link(tmp_path: Path) -> None:
     assert "mqaudit admin query-msg --data-dir DATA_DIR --id L1 --topic TopicA" in html
     assert "--id D1 --topic %DLQ%g1" in html
     assert findings.COUNTS["duplicate_effect"] in html  # the numbers say what they count
-    assert html.count('<table class="paged') == 8  # attention + 7 finding tables with rows
+    assert html.count('<table class="paged') == 9  # attention + 8 finding tables with rows
 
 
 def test_attention_per_group_worst_first() -> None:

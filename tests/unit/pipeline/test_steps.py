@@ -20,7 +20,10 @@ INPUTS = RunInputs(
     run_name="mq_audit-20240101T000000Z",
     as_of_ms=1_700_000_000_000,
     max_send_count=20,
+    half_stuck_ms=5_000,  # not the default: the audit's command line must carry it
     ledger_url="postgresql://ledgers",
+    rabbit_api="http://u:p@rabbit:15672/api",
+    rabbit_vhosts="/,orders",
 )
 
 
@@ -58,3 +61,5 @@ def test_an_empty_template_value_is_no_ledger_url() -> None:
 def test_a_bound_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="max_send_count must be >= 1"):
         RunInputs(lake=Path("/lake"), max_send_count=0)
+    with pytest.raises(ValueError, match="half_stuck_ms must be >= 0"):
+        RunInputs(lake=Path("/lake"), half_stuck_ms=-1)

@@ -1,0 +1,177 @@
+"""`audit_filters`: SQL92 subscriptions applied wrongly, judged by the broker's own evaluator.
+
+A group's expression on a topic is the latest `consumer_filters` row of (broker, topic, group)
+snapshotted by T (SQL92 only: RocketMQ keeps no tag subscriptions there). Each message of
+that topic on that broker is judged by `broker_runtime.common.sql_filter`, the evaluator the
+broker filters pulls with, over the properties stored with it: a Python UDF, the one place
+the audit runs the broker's rule row by row (a second implementation in `F.*` could only
+disagree with the broker's). An expression that does not compile judges nothing.
+
+- `filtered_wrongly`, cause `delivered_but_excluded`: the group received a message (a first
+  delivery: retries come back through %RETRY%{group}, which the broker does not filter) its
+  expression does not match. count: such deliveries.
+- `filtered_wrongly`, cause `matched_but_skipped`: a message its expression matches, stored
+  after the broker registered the expression (`born_ts`: what a consumer could not have been
+  filtering for earlier) and by T, below the group's committed offset in the latest snapshot,
+  never delivered to the group. count 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType
+
+from broker_runtime.common import findings
+from broker_runtime.common.constants import SQL92
+from broker_runtime.common.sql_filter import SqlFilter, SqlFilterError, compile_sql
+from pipeline import audit_schemas
+from pipeline.transforms.audit_common import conform, latest_offsets, position_text
+
+_KEY = ["broker", "topic", "group"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(expression: str) -> SqlFilter | None:
+    try:
+        return compile_sql(expression)
+    except SqlFilterError:
+        return None
+
+
+def sql_matches(expression: str | None, properties: Mapping[str, str] | None) -> bool | None:
+    """The broker's verdict on a message's properties; None when the expression is missing
+    or does not compile."""
+    compiled = _compiled(expression) if expression is not None else None
+    return None if compiled is None else compiled.matches(properties or {})
+
+
+# A lambda: PySpark 4 reads a function's type hints as a pandas UDF's and warns on these.
+_MATCHES = F.udf(lambda expression, properties: sql_matches(expression, properties), BooleanType())
+
+
+def group_expressions(filters: DataFrame, as_of_ms: int) -> DataFrame:
+    """(broker, topic, group) -> its SQL92 expression and when the broker registered it, from
+    the latest snapshot by T (a master's, where it has one)."""
+    known = filters.filter(
+        (F.col("snapshot_ts") <= as_of_ms) & (F.col("expression_type") == SQL92)
+    ).withColumnRenamed("consumer_group", "group")
+    order = Window.partitionBy(*_KEY).orderBy(F.col("snapshot_ts").desc(), F.col("broker_id"))
+    return (
+        known.withColumn("_n", F.row_number().over(order))
+        .filter(F.col("_n") == 1)
+        .select(*_KEY, "expression", F.col("born_ts").alias("registered_ts"))
+    )
+
+
+def _judged(messages: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataFrame:
+    """Every stored message of a filtered topic (replicas collapsed) with each of its groups'
+    verdicts."""
+    stored = messages.filter(
+        F.col("queue_offset").isNotNull()
+        & F.col("uniq_key").isNotNull()
+        & (F.col("store_ts") <= as_of_ms)
+    )
+    one_copy = Window.partitionBy("broker", "topic", "queue_id", "queue_offset").orderBy(
+        "broker_id"
+    )
+    stored = stored.withColumn("_n", F.row_number().over(one_copy)).filter(F.col("_n") == 1)
+    stored = stored.select(
+        "broker", "topic", "queue_id", "queue_offset", "uniq_key", "store_ts", "properties"
+    )
+    return stored.join(expressions, on=["broker", "topic"], how="inner").select(
+        *_KEY,
+        "queue_id",
+        "queue_offset",
+        F.col("uniq_key").alias("msg_id"),
+        "store_ts",
+        "expression",
+        "registered_ts",
+        _MATCHES(F.col("expression"), F.col("properties")).alias("matches"),
+    )
+
+
+def _finding(cause: str, count: Column, committed: Column, detail: Column) -> list[Column]:
+    return [
+        F.lit(findings.FILTERED_WRONGLY).alias("kind"),
+        F.lit(cause).alias("cause"),
+        count.cast("long").alias("count"),
+        committed.cast("long").alias("committed_offset"),
+        detail.alias("detail"),
+    ]
+
+
+def audit_filters(
+    filters: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
+) -> DataFrame:
+    """The `audit_filters` table. `messages` needs its `properties`; `log` RocketMQ's rows."""
+    judged = _judged(messages, group_expressions(filters, as_of_ms), as_of_ms)
+    seen = log.filter(F.col("received_at") <= as_of_ms)
+    first = (
+        seen.filter(F.col("reconsume_times") == 0)
+        .groupBy(*_KEY, "queue_id", "queue_offset", "msg_id")
+        .agg(
+            F.count(F.lit(1)).alias("deliveries"),
+            F.min("received_at").alias("first_ts"),
+            F.max("received_at").alias("last_ts"),
+        )
+    )
+    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    excluded = (
+        judged.filter(F.col("matches") == F.lit(False))
+        .join(first, on=[*_KEY, "queue_id", "queue_offset", "msg_id"], how="inner")
+        .select(
+            *_KEY,
+            "queue_id",
+            "queue_offset",
+            "msg_id",
+            "expression",
+            "first_ts",
+            "last_ts",
+            *_finding(
+                findings.DELIVERED_BUT_EXCLUDED,
+                F.col("deliveries"),
+                F.lit(None),
+                F.format_string(
+                    "%s delivered %d time(s); the group's expression does not match it",
+                    where,
+                    F.col("deliveries"),
+                ),
+            ),
+        )
+    )
+    received = seen.select("group", "msg_id").distinct()
+    latest = latest_offsets(offsets).select(
+        "group", "broker", "topic", "queue_id", "committed_offset"
+    )
+    skipped = (
+        judged.filter(
+            (F.col("matches") == F.lit(True)) & (F.col("store_ts") >= F.col("registered_ts"))
+        )
+        .join(latest, on=[*_KEY, "queue_id"], how="inner")
+        .filter(F.col("queue_offset") < F.col("committed_offset"))
+        .join(received, on=["group", "msg_id"], how="left_anti")
+        .select(
+            *_KEY,
+            "queue_id",
+            "queue_offset",
+            "msg_id",
+            "expression",
+            F.col("store_ts").alias("first_ts"),
+            F.col("store_ts").alias("last_ts"),
+            *_finding(
+                findings.MATCHED_BUT_SKIPPED,
+                F.lit(1),
+                F.col("committed_offset"),
+                F.format_string(
+                    "%s matches the group's expression; its offset is at %d, no delivery",
+                    where,
+                    F.col("committed_offset"),
+                ),
+            ),
+        )
+    )
+    return excluded.unionByName(skipped).transform(conform(audit_schemas.AUDIT_FILTERS, as_of_ms))
