@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 
 from broker_runtime.common.constants import NAME_PATTERN
-from dags.settings import START, load_settings, spark_session, write_summary
+from dags.settings import START, load_settings, send_params, spark_session, write_summary
 
 NAME = f"^{NAME_PATTERN}$"
 TIME = ["null", "integer", "string"]
@@ -32,11 +32,7 @@ TIME = ["null", "integer", "string"]
         "topic": Param(None, type=["null", "string"], description="only this original topic"),
         "from_time": Param(None, type=TIME, description="dead-lettered at/after: ms or ISO"),
         "to_time": Param(None, type=TIME, description="dead-lettered at/before: ms or ISO"),
-        "msg_ids": Param([], type="array", items={"type": "string"}, description="UNIQ_KEYs"),
-        "max_messages": Param(100, type="integer", minimum=1, maximum=100_000),
-        "messages_per_second": Param(50, type="number", exclusiveMinimum=0, maximum=10_000),
-        "dry_run": Param(True, type="boolean", description="log the plan, send nothing"),
-        "force": Param(False, type="boolean", description="send even if replayed before"),
+        **send_params("replayed"),
     },
 )
 def mq_dlq_replay() -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
-from dags.settings import START, load_settings, spark_session, write_summary
+from dags.settings import START, load_settings, send_params, spark_session, write_summary
 
 DAG_ID = "mq_loss_repair"
 
@@ -28,13 +28,7 @@ DAG_ID = "mq_loss_repair"
     max_active_runs=1,  # two repairs at once could both send a message
     tags=["mqaudit", "repair"],
     doc_md=__doc__,
-    params={
-        "msg_ids": Param([], type="array", items={"type": "string"}, description="UNIQ_KEYs"),
-        "max_messages": Param(100, type="integer", minimum=1, maximum=100_000),
-        "messages_per_second": Param(50, type="number", exclusiveMinimum=0, maximum=10_000),
-        "dry_run": Param(True, type="boolean", description="log the plan, send nothing"),
-        "force": Param(False, type="boolean", description="send even if repaired before"),
-    },
+    params=send_params("repaired"),
 )
 def mq_loss_repair() -> None:
     @task

@@ -245,6 +245,20 @@ def submitted(task_id: str, args: list[str]) -> Any:
     )
 
 
+def send_params(done: str) -> dict[str, Any]:
+    """The Params of a manual DAG that sends messages again (mq_dlq_replay, mq_loss_repair):
+    which ones, how many, how fast, dry run and force (`done`: "replayed", "repaired")."""
+    from airflow.sdk import Param
+
+    return {
+        "msg_ids": Param([], type="array", items={"type": "string"}, description="UNIQ_KEYs"),
+        "max_messages": Param(100, type="integer", minimum=1, maximum=100_000),
+        "messages_per_second": Param(50, type="number", exclusiveMinimum=0, maximum=10_000),
+        "dry_run": Param(True, type="boolean", description="log the plan, send nothing"),
+        "force": Param(False, type="boolean", description=f"send even if {done} before"),
+    }
+
+
 def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
     """The RunInputs of a DAG's pipeline steps run in-process (see step_templates)."""
     from pipeline.steps import RunInputs

@@ -23,6 +23,23 @@ def _add_cluster(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--secret-key", default=None)
 
 
+def _add_sends(p: argparse.ArgumentParser, what: str) -> None:
+    """The options replay and repair share: which messages, how fast, dry run, force, the
+    run id (`--replay-id` / `--repair-id`) and Spark."""
+    p.add_argument(
+        "--msg-id", dest="msg_ids", action="append", default=[], help="a UNIQ_KEY (repeatable)"
+    )
+    p.add_argument("--max-messages", type=int, default=100)
+    p.add_argument("--rate", dest="messages_per_second", type=float, default=50.0)
+    p.add_argument(
+        "--dry-run", action=argparse.BooleanOptionalAction, default=True, help="send nothing"
+    )
+    p.add_argument("--force", action="store_true", help=f"send even if {what}ed before")
+    p.add_argument(f"--{what}-id", default=None, help="default: a new one")
+    p.add_argument("--spark-master", default=DEFAULT_MASTER)
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
 def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     replay = cmds.add_parser(
         "replay",
@@ -36,18 +53,7 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     replay.add_argument("--topic", default=None, help="only messages first sent to this topic")
     replay.add_argument("--from", dest="from_time", default=None, help="epoch ms or ISO 8601")
     replay.add_argument("--to", dest="to_time", default=None, help="epoch ms or ISO 8601")
-    replay.add_argument(
-        "--msg-id", dest="msg_ids", action="append", default=[], help="a UNIQ_KEY (repeatable)"
-    )
-    replay.add_argument("--max-messages", type=int, default=100)
-    replay.add_argument("--rate", dest="messages_per_second", type=float, default=50.0)
-    replay.add_argument(
-        "--dry-run", action=argparse.BooleanOptionalAction, default=True, help="send nothing"
-    )
-    replay.add_argument("--force", action="store_true", help="send even if replayed before")
-    replay.add_argument("--replay-id", default=None, help="default: a new one")
-    replay.add_argument("--spark-master", default=DEFAULT_MASTER)
-    replay.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_sends(replay, "replay")
     replay.set_defaults(func=cmd_replay)
 
     repair = cmds.add_parser(
@@ -65,18 +71,7 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     repair.add_argument("--namesrv", default=None, help="default: DIR/cluster.json's")
     repair.add_argument("--access-key", default=None)
     repair.add_argument("--secret-key", default=None)
-    repair.add_argument(
-        "--msg-id", dest="msg_ids", action="append", default=[], help="a UNIQ_KEY (repeatable)"
-    )
-    repair.add_argument("--max-messages", type=int, default=100)
-    repair.add_argument("--rate", dest="messages_per_second", type=float, default=50.0)
-    repair.add_argument(
-        "--dry-run", action=argparse.BooleanOptionalAction, default=True, help="send nothing"
-    )
-    repair.add_argument("--force", action="store_true", help="send even if repaired before")
-    repair.add_argument("--repair-id", default=None, help="default: a new one")
-    repair.add_argument("--spark-master", default=DEFAULT_MASTER)
-    repair.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_sends(repair, "repair")
     repair.set_defaults(func=cmd_repair)
 
     resend = cmds.add_parser(

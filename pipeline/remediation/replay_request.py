@@ -153,10 +153,7 @@ def _msg_ids(value: object, problems: list[str]) -> tuple[str, ...]:
 def parse_request(params: Mapping[str, object]) -> ReplayRequest:
     """Check `params` (the DAG's Params or the CLI's options); ReplayParamError if bad."""
     problems: list[str] = []
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        problems.append(f"unknown parameter(s) {unknown}; known: {sorted(DEFAULTS)}")
-    p = {**DEFAULTS, **params}
+    p = _with_defaults(params, DEFAULTS, problems)
     group = _group(p["group"], problems)
     topic = _topic(p["topic"], problems)
     from_ms = _time("from_time", p["from_time"], problems)
@@ -188,6 +185,16 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
         dry_run=bool(p["dry_run"]),
         force=bool(p["force"]),
     )
+
+
+def _with_defaults(
+    params: Mapping[str, object], defaults: Mapping[str, Any], problems: list[str]
+) -> dict[str, object]:
+    """`params` over `defaults`; a parameter `defaults` does not name is a problem."""
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        problems.append(f"unknown parameter(s) {unknown}; known: {sorted(defaults)}")
+    return {**defaults, **params}
 
 
 def _limits(p: Mapping[str, object], problems: list[str]) -> tuple[int, float]:
@@ -246,10 +253,7 @@ class RepairRequest:
 def parse_repair_request(params: Mapping[str, object]) -> RepairRequest:
     """Check a repair's `params` (the DAG's Params or the CLI's options); ReplayParamError."""
     problems: list[str] = []
-    unknown = sorted(set(params) - set(REPAIR_DEFAULTS))
-    if unknown:
-        problems.append(f"unknown parameter(s) {unknown}; known: {sorted(REPAIR_DEFAULTS)}")
-    p = {**REPAIR_DEFAULTS, **params}
+    p = _with_defaults(params, REPAIR_DEFAULTS, problems)
     msg_ids = _msg_ids(p["msg_ids"], problems)
     max_messages, rate = _limits(p, problems)
     if problems:
