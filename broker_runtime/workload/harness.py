@@ -245,18 +245,23 @@ class Harness:
         ledger_dir: Path | None,
         *,
         lose_response_of: Collection[int] = (),
+        unreachable: Collection[int] = (),
         concurrency: int = 32,
     ) -> list[Sent]:
         """Send one message per index, the producer ledger on; failed sends are recorded.
 
-        The answers to the first attempt of `lose_response_of` are dropped (faults.py).
+        The answers to the first attempt of `lose_response_of` are dropped, and no request
+        for `unreachable` ones reaches the broker (faults.py).
         """
         msgs = {}
         for i in indexes:
             msg = new_message(topic, self.body(scenario, i), keys=f"{scenario}-{i}")
             set_uniq_id(msg)
             msgs[i] = msg
-        lost = LostResponses({msgs[i].properties[UNIQ_KEY] for i in lose_response_of})
+        lost = LostResponses(
+            {msgs[i].properties[UNIQ_KEY] for i in lose_response_of},
+            {msgs[i].properties[UNIQ_KEY] for i in unreachable},
+        )
         producer = Producer(ClientConfig(namesrv), f"wl-{scenario}")
         ledger = ProducerLedger.open(ledger_dir, self.ledger_url)
         hooks = ProducerLedgerHooks(ledger, keep_bodies=True)  # what a repair sends again
