@@ -20,6 +20,7 @@ from broker_runtime.common.findings import (
     DEAD_LETTERED,
     DELIVERED_TWICE,
     DUPLICATE_EFFECT,
+    FILTERED_WRONGLY,
     KINDS,
     LAG,
     LOST_AFTER_ACK,
@@ -28,7 +29,14 @@ from broker_runtime.common.findings import (
 
 # The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
 TRANSACTION_KINDS = KINDS["audit_transactions"]
-COMPARED_KINDS = (STORED_TWICE, DELIVERED_TWICE, LOST_AFTER_ACK, DEAD_LETTERED, *TRANSACTION_KINDS)
+COMPARED_KINDS = (
+    STORED_TWICE,
+    DELIVERED_TWICE,
+    LOST_AFTER_ACK,
+    DEAD_LETTERED,
+    *TRANSACTION_KINDS,
+    FILTERED_WRONGLY,
+)
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -99,8 +107,9 @@ def _add(total: Counter[str], counts: dict[str, Any]) -> None:
 
 
 def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Counter[str]]:
-    """Findings by kind (and duplicates by cause) of the DAG's report and of every cluster."""
-    keys = ("duplicates", "duplicate_causes", "losses", "transactions")
+    """Findings by kind (duplicates and filtered_wrongly by cause too) of the DAG's report
+    and of every cluster."""
+    keys = ("duplicates", "duplicate_causes", "losses", "transactions", "filters")
     out = {key: Counter[str]() for key in keys}
     for key, counter in out.items():
         _add(counter, report.get(key, {}))
@@ -117,6 +126,7 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
             _add(out[key], {k: sum(c.values()) for k, c in kinds.get(table, {}).items()})
         for causes in kinds.get("audit_duplicates", {}).values():
             _add(out["duplicate_causes"], causes)
+        _add(out["filters"], kinds.get("audit_filters", {}).get(FILTERED_WRONGLY, {}))
         n = sum(sum(c.values()) for c in kinds.get("audit_dead_letters", {}).values())
         dead.update(total=n, waiting=n)  # nothing is replayed from those clusters
     out["dead_letters"] = dead
@@ -140,6 +150,8 @@ def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
 def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
     found = {**audited["duplicates"], **audited["losses"], **audited["transactions"]}
     found[DEAD_LETTERED] = audited["dead_letters"]["total"]
+    if audited["filters"]:  # as the other kinds: counted where the audit found some
+        found[FILTERED_WRONGLY] = sum(audited["filters"].values())
     return found
 
 
@@ -190,6 +202,7 @@ def build_summary(
         "duplicates_by_cause": dict(sorted(audited["duplicate_causes"].items())),
         "losses": dict(sorted(audited["losses"].items())),
         "transactions": dict(sorted(audited["transactions"].items())),
+        "filters": dict(sorted(audited["filters"].items())),  # filtered_wrongly by cause
         "lag": {
             "status": found.get("lag_status", {}),
             "max_messages": found.get("lag_max_messages"),
@@ -262,6 +275,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
         f"losses:         {kv(s['losses'])}",
         f"transactions:   {kv(s['transactions'])}",
+        f"filtered wrongly: {kv(s['filters'])} (by cause)",
         f"lag:            {kv(s['lag']['status'])} (max {s['lag']['max_messages']} messages)",
         f"dead letters:   {s['dead_letters']['total']} ({s['dead_letters']['waiting']} waiting)",
         f"resends:        {kv(s['resends']['counts'])}; "

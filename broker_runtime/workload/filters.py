@@ -88,13 +88,10 @@ FILTER_GROUPS: tuple[FilterGroup, ...] = (
     ),
     FilterGroup(
         "sql-stale-all",
-        "region NOT IN ('apac', 'us') AND amount NOT BETWEEN 300 AND 700 AND note <> 'ok'",
+        "region NOT IN ('apac', 'us') AND amount NOT BETWEEN 300 AND 700 OR note <> 'ok'",
         lambda p: (
-            p.region is not None
-            and p.region not in ("apac", "us")
-            and not 300 <= p.amount <= 700
-            and p.note is not None
-            and p.note != "ok"
+            (p.region is not None and p.region not in ("apac", "us") and not 300 <= p.amount <= 700)
+            or (p.note is not None and p.note != "ok")
         ),
         stale="*",
     ),

@@ -47,10 +47,14 @@ async def start(c: Ctx) -> FilterRun:
     procs: dict[str, list[ConsumerProc]] = {}
     for g in FL.FILTER_GROUPS:
         name = c.group(f"-{g.suffix}")
-        spec = {"topic": topic, "suspend_ms": SUSPEND_MS, "rebalance_interval_s": 5.0}
-        mine = [c.consumer(g.suffix, name, expression=g.expression, expression_type=SQL92, **spec)]
+        spec = {"suspend_ms": SUSPEND_MS, "rebalance_interval_s": 5.0}
+        mine = [
+            c.consumer(
+                g.suffix, name, topic, expression=g.expression, expression_type=SQL92, **spec
+            )
+        ]
         if g.stale is not None:
-            mine.append(c.consumer(f"{g.suffix}-stale", name, expression=g.stale, **spec))
+            mine.append(c.consumer(f"{g.suffix}-stale", name, topic, expression=g.stale, **spec))
         procs[name] = mine
     return FilterRun(topic, procs)
 

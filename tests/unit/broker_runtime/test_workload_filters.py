@@ -38,13 +38,14 @@ def P(amount: int, region: str | None = None, vip: bool | None = None, note: str
         ("sql-vip", P(10, None, None, "ok"), False),
         ("sql-vip", P(951), True),
         ("sql-vip", P(950), False),
-        ("sql-stale-all", P(100, "eu", None, "o'k"), True),
-        ("sql-stale-all", P(100, "eu", None, "ok"), False),
-        ("sql-stale-all", P(100, "eu"), False),  # note absent: <> is null
-        ("sql-stale-all", P(100, None, None, "o'k"), False),  # region absent: NOT IN is null
-        ("sql-stale-all", P(100, "us", None, "o'k"), False),
-        ("sql-stale-all", P(500, "eu", None, "o'k"), False),  # NOT BETWEEN 300 AND 700
-        ("sql-stale-all", P(701, "eu", None, "o'k"), True),
+        ("sql-stale-all", P(100, "eu"), True),  # AND binds tighter than OR
+        ("sql-stale-all", P(100, "eu", None, "ok"), True),
+        ("sql-stale-all", P(500, "eu", None, "o'k"), True),  # note <> 'ok'
+        ("sql-stale-all", P(500, "eu", None, "ok"), False),  # NOT BETWEEN 300 AND 700
+        ("sql-stale-all", P(500, "eu"), False),  # note absent: <> is null
+        ("sql-stale-all", P(100), False),  # region absent: NOT IN is null
+        ("sql-stale-all", P(100, "us", None, "ok"), False),
+        ("sql-stale-all", P(701, "apac", None, "o'k"), True),
         ("sql-stale-tag", P(150, None, False), True),
         ("sql-stale-tag", P(799, None, True), True),
         ("sql-stale-tag", P(800, None, True), False),
