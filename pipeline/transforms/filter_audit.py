@@ -216,8 +216,13 @@ def expired_unreceived(
     received = log.filter(F.col("received_at") <= as_of_ms).select("group", "msg_id").distinct()
     latest = latest_offsets(offsets).select(*_KEY, "queue_id", "committed_offset")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    below = (  # only these are judged: most audits have none, and run no UDF for this
+        messages.join(queue_min_offsets(offsets), on=QUEUE, how="inner")
+        .filter(F.col("queue_offset") < F.col("min_offset"))
+        .drop("min_offset")
+    )
     return (
-        _expected(_judged(messages, group_expressions(filters, as_of_ms), as_of_ms), offsets)
+        _expected(_judged(below, group_expressions(filters, as_of_ms), as_of_ms), offsets)
         .filter(F.col("expired"))
         .join(received, on=["group", "msg_id"], how="left_anti")
         .join(latest, on=[*_KEY, "queue_id"], how="left")
