@@ -20,6 +20,7 @@ from broker_runtime.common.findings import (
     DEAD_LETTERED,
     DELIVERED_TWICE,
     DUPLICATE_EFFECT,
+    FILTERED_WRONGLY,
     KINDS,
     LAG,
     LOST_AFTER_ACK,
@@ -37,6 +38,7 @@ COMPARED_KINDS = (
     DEAD_LETTERED,
     RESEND_DUE,
     *TRANSACTION_KINDS,
+    FILTERED_WRONGLY,
 )
 
 
@@ -108,8 +110,9 @@ def _add(total: Counter[str], counts: dict[str, Any]) -> None:
 
 
 def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Counter[str]]:
-    """Findings by kind (and duplicates by cause) of the DAG's report and of every cluster."""
-    keys = ("duplicates", "duplicate_causes", "losses", "transactions")
+    """Findings by kind (duplicates and filtered_wrongly by cause too) of the DAG's report
+    and of every cluster."""
+    keys = ("duplicates", "duplicate_causes", "losses", "transactions", "filters")
     out = {key: Counter[str]() for key in keys}
     for key, counter in out.items():
         _add(counter, report.get(key, {}))
@@ -128,6 +131,7 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
             _add(out[key], {k: sum(c.values()) for k, c in kinds.get(table, {}).items()})
         for causes in kinds.get("audit_duplicates", {}).values():
             _add(out["duplicate_causes"], causes)
+        _add(out["filters"], kinds.get("audit_filters", {}).get(FILTERED_WRONGLY, {}))
         n = sum(sum(c.values()) for c in kinds.get("audit_dead_letters", {}).values())
         dead.update(total=n, waiting=n)  # nothing is replayed from those clusters
     out["dead_letters"] = dead
@@ -153,6 +157,8 @@ def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
     found = {**audited["duplicates"], **audited["losses"], **audited["transactions"]}
     found.update(+audited["resends"])  # only kinds found
     found[DEAD_LETTERED] = audited["dead_letters"]["total"]
+    if audited["filters"]:  # as the other kinds: counted where the audit found some
+        found[FILTERED_WRONGLY] = sum(audited["filters"].values())
     return found
 
 
@@ -207,6 +213,7 @@ def build_summary(
         "duplicates_by_cause": dict(sorted(audited["duplicate_causes"].items())),
         "losses": dict(sorted(audited["losses"].items())),
         "transactions": dict(sorted(audited["transactions"].items())),
+        "filters": dict(sorted(audited["filters"].items())),  # filtered_wrongly by cause
         "lag": {
             "status": found.get("lag_status", {}),
             "max_messages": found.get("lag_max_messages"),
@@ -280,6 +287,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
         f"losses:         {kv(s['losses'])}",
         f"transactions:   {kv(s['transactions'])}",
+        f"filtered wrongly: {kv(s['filters'])} (by cause)",
         f"lag:            {kv(s['lag']['status'])} (max {s['lag']['max_messages']} messages)",
         f"dead letters:   {s['dead_letters']['total']} ({s['dead_letters']['waiting']} waiting)",
         f"resends:        {kv(s['resends']['counts'])}; "

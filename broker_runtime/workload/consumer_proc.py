@@ -61,6 +61,8 @@ class ConsumerSpec:
     rebalance_interval_s: float = 20.0
     pull_threshold_for_queue: int = 1000
     suspend_ms: int = 15_000  # how long a pull waits at the broker for new messages
+    expression: str = "*"  # the subscription: tags, or SQL92 with expression_type "SQL92"
+    expression_type: str = "TAG"
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self)))
@@ -133,7 +135,7 @@ def build(spec: ConsumerSpec, journal: JournalWriter) -> PushConsumer:
             (lossy.topic, lossy.broker, lossy.queue_id)), o=o))  # fmt: skip
     else:
         consumer = PushConsumer(config, spec.group, listener, options, **common)
-    consumer.subscribe(spec.topic)
+    consumer.subscribe(spec.topic, spec.expression, spec.expression_type)
     return consumer
 
 

@@ -60,6 +60,7 @@ class ScenarioPlan:
     name: str
     messages: int
     params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0  # the run's: what a scenario draws more from (workload/filters.py)
 
 
 def resolve(scenario: str) -> list[str]:
@@ -136,7 +137,7 @@ def plan_scenario(name: str, messages: int, seed: int) -> ScenarioPlan:
         params = {role: sorted(next(picks) for _ in range(n)) for role, n in TX_ROLES.items()}
     else:
         raise ValueError(f"unknown scenario {name!r}")
-    return ScenarioPlan(name, m, params)
+    return ScenarioPlan(name, m, params, seed)
 
 
 def plan_run(seed: int, total_messages: int, scenario: str) -> list[ScenarioPlan]:

@@ -14,7 +14,10 @@ with no queue offset, due for the resend job). Each has the cause the audit give
 a dead letter; `absent_from_commitlog` for a loss; `never_acknowledged` for a resend. The
 transaction kinds (`half_stuck`, `check_gave_up`, `committed_twice`: group null;
 `rolled_back_but_delivered`, `committed_never_consumed`: per consumer group) come with the
-causes of pipeline/transforms/transaction_audit.py.
+causes of pipeline/transforms/transaction_audit.py. `filtered_wrongly` (per SQL92 group;
+cause `delivered_but_excluded`, count = first deliveries, or `matched_but_skipped`, count 1)
+is judged by the Python rules of broker_runtime/workload/filters.py, which the transactions
+scenario's `injected.sql_filters` also turns into each group's expected msg_ids.
 
 A group's deliveries of one message are explained one by one from the delivery before, by
 the audit's rules (`pipeline/transforms/duplicates.py` states them; `cause_of` is the same

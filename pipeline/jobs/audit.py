@@ -34,7 +34,11 @@ from pipeline.transforms.audit_common import MESSAGE_COLUMNS
 from pipeline.transforms.consistency import audit_consistency
 from pipeline.transforms.dead_letters import audit_dead_letters
 from pipeline.transforms.duplicates import audit_duplicates
-from pipeline.transforms.filter_audit import audit_filters, group_expressions
+from pipeline.transforms.filter_audit import (
+    audit_filters,
+    expired_unreceived,
+    group_expressions,
+)
 from pipeline.transforms.lag import LagThresholds, audit_lag
 from pipeline.transforms.losses import audit_losses
 from pipeline.transforms.rabbit import (
@@ -168,7 +172,11 @@ def audit_tables(
             ingested_until(i.checkpoint),
             as_of_ms,
             group_expressions(i.filters, as_of_ms).select("group", "broker", "topic"),
-        ).unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms)),
+        )
+        .unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms))
+        .unionByName(
+            expired_unreceived(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms)
+        ),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
         "audit_dead_letters": audit_dead_letters(
             i.messages, i.log, i.replay_log, as_of_ms

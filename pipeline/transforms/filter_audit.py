@@ -13,7 +13,19 @@ disagree with the broker's). An expression that does not compile judges nothing.
 - `filtered_wrongly`, cause `matched_but_skipped`: a message its expression matches, stored
   after the broker registered the expression (`born_ts`: what a consumer could not have been
   filtering for earlier) and by T, below the group's committed offset in the latest snapshot,
-  never delivered to the group. count 1.
+  never delivered to the group, and not below its queue's min offset (below it, see next).
+  count 1.
+
+`expired_unreceived` gives the SQL92 groups' `expired_before_consumed` rows of `audit_losses`
+(which leaves those groups to this module): a message the expression matches, stored after
+it was registered, below its queue's min offset (its file was deleted), never delivered to
+the group. Only messages the lake read before their file went can be judged: a confirmed
+stub with no stored copy has no properties to apply the expression to.
+
+Tag subscriptions are not judged: RocketMQ keeps a group's tags only in the broker's memory
+(ConsumerManager), not in a file, so the lake has no record of what a tag group asked for; a
+group's tags could only be guessed from what it received, and a wrong delivery is what the
+audit would be looking for (audit_losses guesses them only to avoid reporting skips).
 """
 
 from __future__ import annotations
@@ -29,7 +41,13 @@ from broker_runtime.common import findings
 from broker_runtime.common.constants import SQL92
 from broker_runtime.common.sql_filter import SqlFilter, SqlFilterError, compile_sql
 from pipeline import audit_schemas
-from pipeline.transforms.audit_common import conform, latest_offsets, position_text
+from pipeline.transforms.audit_common import (
+    QUEUE,
+    conform,
+    latest_offsets,
+    position_text,
+    queue_min_offsets,
+)
 
 _KEY = ["broker", "topic", "group"]
 
@@ -94,6 +112,21 @@ def _judged(messages: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataF
     )
 
 
+def _expected(judged: DataFrame, offsets: DataFrame) -> DataFrame:
+    """The judged messages each group's expression matches, stored after it was registered,
+    with `expired`: below the queue's min offset at the latest snapshot."""
+    return (
+        judged.filter(
+            (F.col("matches") == F.lit(True)) & (F.col("store_ts") >= F.col("registered_ts"))
+        )
+        .join(queue_min_offsets(offsets), on=QUEUE, how="left")
+        .withColumn(
+            "expired",
+            F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset")),
+        )
+    )
+
+
 def _finding(cause: str, count: Column, committed: Column, detail: Column) -> list[Column]:
     return [
         F.lit(findings.FILTERED_WRONGLY).alias("kind"),
@@ -148,9 +181,8 @@ def audit_filters(
         "group", "broker", "topic", "queue_id", "committed_offset"
     )
     skipped = (
-        judged.filter(
-            (F.col("matches") == F.lit(True)) & (F.col("store_ts") >= F.col("registered_ts"))
-        )
+        _expected(judged, offsets)
+        .filter(~F.col("expired"))
         .join(latest, on=[*_KEY, "queue_id"], how="inner")
         .filter(F.col("queue_offset") < F.col("committed_offset"))
         .join(received, on=["group", "msg_id"], how="left_anti")
@@ -175,3 +207,45 @@ def audit_filters(
         )
     )
     return excluded.unionByName(skipped).transform(conform(audit_schemas.AUDIT_FILTERS, as_of_ms))
+
+
+def expired_unreceived(
+    filters: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
+) -> DataFrame:
+    """`audit_losses` rows: `expired_before_consumed` of the SQL92 groups (module doc)."""
+    received = log.filter(F.col("received_at") <= as_of_ms).select("group", "msg_id").distinct()
+    latest = latest_offsets(offsets).select(*_KEY, "queue_id", "committed_offset")
+    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    below = (  # only these are judged: most audits have none, and run no UDF for this
+        messages.join(queue_min_offsets(offsets), on=QUEUE, how="inner")
+        .filter(F.col("queue_offset") < F.col("min_offset"))
+        .drop("min_offset")
+    )
+    return (
+        _expected(_judged(below, group_expressions(filters, as_of_ms), as_of_ms), offsets)
+        .filter(F.col("expired"))
+        .join(received, on=["group", "msg_id"], how="left_anti")
+        .join(latest, on=[*_KEY, "queue_id"], how="left")
+        .select(
+            "msg_id",
+            "group",
+            F.lit(findings.EXPIRED_BEFORE_CONSUMED).alias("kind"),
+            F.lit(findings.FILE_DELETED_BEFORE_DELIVERY).alias("cause"),
+            F.lit(1).cast("long").alias("count"),
+            "topic",
+            "broker",
+            "queue_id",
+            "queue_offset",
+            F.col("store_ts").alias("first_ts"),
+            F.col("store_ts").alias("last_ts"),
+            "committed_offset",
+            "min_offset",
+            F.format_string(
+                "%s is below the queue's min offset %d; matches the group's expression, "
+                "never delivered to the group",
+                where,
+                F.col("min_offset"),
+            ).alias("detail"),
+        )
+        .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
+    )

@@ -12,7 +12,10 @@
 Tag subscriptions are not in the lake; a group is taken to subscribe to the (topic, tag) pairs
 it has received at least once, so that messages a tag filter skipped are not reported. A group
 with a SQL92 expression on a broker's topic (`sql_groups`: group, broker, topic) is left to the
-filter audit (pipeline.transforms.filter_audit), which knows which messages it takes.
+filter audit (pipeline.transforms.filter_audit), which knows which messages it takes: it
+reports a matching message passed by the offset as `matched_but_skipped`, and a matching one
+whose file was deleted first as `expired_before_consumed` (rows of this table:
+`expired_unreceived`, which the audit job adds here).
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ seed's workload runs. Every finding of truth.json (kind, msg_id, group, cause, c
 an audit row and every fault row of the audit a finding: precision and recall 1.0 on the
 transaction kinds and on the duplicates a doubled commit makes. The `transactions` table must
 hold every transaction the workload ran, in the state the truth gives it, and pass its gate.
+
+The scenario's SQL92 filter groups are held to the truth message by message: the msg_ids each
+group must receive (its Python rule over the values sent) are those the broker's evaluator
+matches over the properties the lake stored, and what the group received (the lake's
+message_log) is exactly those, less its `matched_but_skipped`, plus its
+`delivered_but_excluded` findings.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from pyspark.sql import functions as F
 
 from broker_runtime.common import findings as K
 from expectations.gates import run_gate
@@ -26,6 +33,7 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.spark_session import build_spark
+from pipeline.transforms.filter_audit import sql_matches
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
 from tests.integration.test_workload import run_workload
@@ -35,7 +43,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 SEEDS = (1, 2, 3)
 MESSAGES = 30
 SCENARIO = "transactions"
-Audited = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]  # truth, rows, tx
+# truth, fault rows, transactions rows, the SQL92 topic's stored properties and deliveries
+Audited = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], "Filtered"]
+
+
+class Filtered(NamedTuple):
+    stored: dict[str, dict[str, str]]  # msg_id -> properties, as the lake holds them
+    received: dict[str, set[str]]  # group -> msg_ids in its message_log
 
 
 def _workload(root: Path, seed: int) -> dict[str, Any]:
@@ -43,7 +57,8 @@ def _workload(root: Path, seed: int) -> dict[str, Any]:
         root / f"seed-{seed}", name_servers=1, groups=("broker-a",), slaves=False
     ) as c:
         doc, _ = run_workload(c, SCENARIO, MESSAGES, seed)
-    print(f"[tx-audit] seed {seed}: workload done", file=sys.stderr, flush=True)
+    took = doc["scenarios"][SCENARIO]["stats"]["seconds"]
+    print(f"[tx-audit] seed {seed}: workload done ({took} s)", file=sys.stderr, flush=True)
     return doc
 
 
@@ -58,7 +73,18 @@ def _audit(spark: Any, lake: Path, doc: dict[str, Any]) -> Audited:
     ]
     tx = io.read(table_path(lake, "transactions"), schemas.TRANSACTIONS)
     assert run_gate(tx, "transactions").success
-    return doc, rows, [r.asDict() for r in tx.collect()]
+    s = doc["scenarios"][SCENARIO]
+    stored = io.read(table_path(lake, "messages"), schemas.MESSAGES).filter(
+        F.col("topic") == f"{s['topic']}-sql"
+    )
+    log = io.read(table_path(lake, "message_log"), schemas.MESSAGE_LOG).filter(
+        F.col("group").isin(*s["injected"]["sql_filters"]["groups"])
+    )
+    received: dict[str, set[str]] = {}
+    for r in log.select("group", "msg_id").collect():
+        received.setdefault(r["group"], set()).add(r["msg_id"])
+    filtered = Filtered({r["uniq_key"]: dict(r["properties"]) for r in stored.collect()}, received)
+    return doc, rows, [r.asDict() for r in tx.collect()], filtered
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +109,7 @@ def test_every_transaction_fault_is_found_with_its_cause_and_nothing_else(
 ) -> None:
     truth: dict[C.Key, int] = {}
     found: dict[C.Key, int] = {}
-    for doc, rows, _ in audited:
+    for doc, rows, _, _ in audited:
         seed = doc["seed"]
         rows = [r for r in rows if r["kind"] != C.DUPLICATE_EFFECT]
         for side, keys in (
@@ -98,13 +124,44 @@ def test_every_transaction_fault_is_found_with_its_cause_and_nothing_else(
     # Every transaction kind was injected but half_stuck, which the scenario's fast check-back
     # never leaves a half message in (tests/unit/pipeline/test_audit_transactions.py has it).
     assert set(K.KINDS["audit_transactions"]) - {K.HALF_STUCK} <= kinds
+    for seed in SEEDS:  # both filter faults, in every seed
+        causes = {k[4] for k in truth if k[0].startswith(f"{seed}:") and k[1] == K.FILTERED_WRONGLY}
+        assert causes == {K.DELIVERED_BUT_EXCLUDED, K.MATCHED_BUT_SKIPPED}
+
+
+@pytest.mark.timeout(1800)
+def test_each_filter_group_received_what_its_expression_selects_message_by_message(
+    audited: list[Audited],
+) -> None:
+    for doc, _, _, filtered in audited:
+        s = doc["scenarios"][SCENARIO]
+        sql = s["injected"]["sql_filters"]
+        sent = sql["messages"]
+        assert set(filtered.stored) == set(sent)
+        for m, v in sent.items():  # the user properties as sent, beside the system ones
+            assert filtered.stored[m] | v["properties"] == filtered.stored[m], m
+        wrong: dict[str, dict[str, set[str]]] = {}
+        for f in s["findings"]:
+            if f["kind"] == K.FILTERED_WRONGLY:
+                wrong.setdefault(f["group"], {}).setdefault(f["cause"], set()).add(f["msg_id"])
+        for group, g in sql["groups"].items():
+            expected = set(g["expected"])
+            by_broker = {m for m, props in filtered.stored.items()
+                         if sql_matches(g["expression"], props)}  # fmt: skip
+            assert by_broker == expected, group  # the Python rule is the broker's rule
+            assert 0 < len(expected) < len(sent)
+            mine = wrong.get(group, {})
+            skipped = mine.get(K.MATCHED_BUT_SKIPPED, set())
+            excluded = mine.get(K.DELIVERED_BUT_EXCLUDED, set())
+            assert filtered.received.get(group, set()) == (expected - skipped) | excluded, group
+            assert bool(mine) == (g["stale_subscription"] is not None), group
 
 
 @pytest.mark.timeout(1800)
 def test_the_transactions_table_holds_every_transaction_in_its_state(
     audited: list[Audited],
 ) -> None:
-    for doc, _, tx in audited:
+    for doc, _, tx, _ in audited:
         s = doc["scenarios"][SCENARIO]
         roles = s["injected"]["roles"]
         assert len(tx) == s["stats"]["transactions"] == s["messages"]

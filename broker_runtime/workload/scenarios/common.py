@@ -47,14 +47,16 @@ class Ctx:
     def ledger_dir(self) -> Path | None:
         return self.h.ledger_dir(self.root)
 
-    def consumer(self, name: str, group: str, **spec: Any) -> ConsumerProc:
-        """A consumer process of `group` on the scenario's topic, ledger on."""
+    def consumer(
+        self, name: str, group: str, topic: str | None = None, **spec: Any
+    ) -> ConsumerProc:
+        """A consumer process of `group` on `topic` (the scenario's by default), ledger on."""
         return self.h.consumer(
             self.name,
             name,
             namesrv=self.namesrv,
             group=group,
-            topic=self.topic,
+            topic=topic or self.topic,
             instance=f"{self.name}-{name}",
             ledger_dir=str(self.ledger_dir) if self.ledger_dir else None,
             ledger_url=self.h.ledger_url,

@@ -16,6 +16,10 @@ CHECK_MAX of them the broker gives it up too (`check_gave_up`). A half message i
 checks a minute apart), which this scenario's fast check-back never leaves it; the audit's
 unit tests cover that kind on a store written for it.
 
+Beside them, on a topic of their own, SQL92 filter consumers get messages with properties,
+two groups of them with a second instance deployed with a stale tag subscription
+(`filtered_wrongly`; scenarios/sql_filters.py, and their truth workload/filters.py).
+
 A check-back that races an END_TRANSACTION commit (its answer commits the re-appended half
 too) is counted from the listener's answers: the truth then has that transaction committed
 twice, as the store does.
@@ -38,8 +42,10 @@ from broker_runtime.client.transaction_producer import TransactionProducer
 from broker_runtime.common import findings as K
 from broker_runtime.common.message import UNIQ_KEY, Message
 from broker_runtime.common.topics import TRANS_CHECK_MAX_TIME_TOPIC
+from broker_runtime.workload import filters
 from broker_runtime.workload.consumer_proc import message_index
 from broker_runtime.workload.harness import ConsumerProc, WorkloadError
+from broker_runtime.workload.scenarios import sql_filters
 from broker_runtime.workload.scenarios.common import Ctx, delivery_stats, group_findings
 from broker_runtime.workload.truth import Finding, finding, stored_twice_findings
 
@@ -48,6 +54,7 @@ BROKER_SETTINGS = {
     "transaction_timeout_ms": "3000",
     "transaction_check_interval_ms": "1000",
     "transaction_check_max": str(CHECK_MAX),
+    "enable_property_filter": "true",  # the SQL92 filter consumers
 }
 # role -> (what the local transaction returns, what the check-back is answered)
 ANSWERS: dict[str, tuple[S, S]] = {
@@ -145,6 +152,8 @@ async def transactions(c: Ctx) -> dict[str, Any]:
     listener = Listener(roles)
     group = c.group()
     await h.create_topic(c.namesrv, c.topic)
+    fr = await sql_filters.start(c)
+    filtering = asyncio.create_task(sql_filters.run(c, fr))
     a = c.consumer("a", group)
     tp = TransactionProducer(ClientConfig(c.namesrv), c.group("-tx"), listener)
     plain = Producer(ClientConfig(c.namesrv), c.group("-plain"))
@@ -165,30 +174,35 @@ async def transactions(c: Ctx) -> dict[str, Any]:
             await plain.send(again)
 
     try:
-        now = [i for i in range(m) if listener.role(i) not in ("late", "abandoned")]
-        await asyncio.gather(*(one(i) for i in now))
+        try:
+            now = [i for i in range(m) if listener.role(i) not in ("late", "abandoned")]
+            await asyncio.gather(*(one(i) for i in now))
 
-        def all_delivered() -> bool:
-            got = Counter(d.index for d in a.state.deliveries)
-            return all(got[i] >= listener.deliveries_due(i) for i in now)
+            def all_delivered() -> bool:
+                got = Counter(d.index for d in a.state.deliveries)
+                return all(got[i] >= listener.deliveries_due(i) for i in now)
 
-        await h.until(all_delivered, c.patience(90), "every committed copy to be consumed", [a])
-        gave_up = [ids[i] for i in p["gave_up"]]
-        await _in_topic(c, TRANS_CHECK_MAX_TIME_TOPIC, gave_up, "given-up transactions")
-        await h.until(
-            lambda: all(listener.checks[i] for i in p["check_rollback"]), c.patience(60),
-            "the check-back of the transactions it rolls back",
-        )  # fmt: skip
-        await a.stop()
-        h.say(f"{c.name}: consumer stopped; {len(p['late'])} more transactions commit")
-        await asyncio.gather(*(one(i) for i in p["late"]))
-        await _in_topic(c, c.topic, [ids[i] for i in p["late"]], "late commits")
+            await h.until(all_delivered, c.patience(90), "every committed copy to be consumed", [a])
+            gave_up = [ids[i] for i in p["gave_up"]]
+            await _in_topic(c, TRANS_CHECK_MAX_TIME_TOPIC, gave_up, "given-up transactions")
+            await h.until(
+                lambda: all(listener.checks[i] for i in p["check_rollback"]), c.patience(60),
+                "the check-back of the transactions it rolls back",
+            )  # fmt: skip
+            await a.stop()
+            h.say(f"{c.name}: consumer stopped; {len(p['late'])} more transactions commit")
+            await asyncio.gather(*(one(i) for i in p["late"]))
+            await _in_topic(c, c.topic, [ids[i] for i in p["late"]], "late commits")
+        finally:
+            await tp.shutdown()
+            await plain.shutdown()
+        abandoned = await _abandon(c, p["abandoned"])
+        await _in_topic(c, TRANS_CHECK_MAX_TIME_TOPIC, abandoned, "abandoned transactions given up")
+        await filtering
     finally:
-        await tp.shutdown()
-        await plain.shutdown()
-    abandoned = await _abandon(c, p["abandoned"])
-    await _in_topic(c, TRANS_CHECK_MAX_TIME_TOPIC, abandoned, "abandoned transactions given up")
-    return _result(c, group, a, listener, ids, abandoned)
+        filtering.cancel()  # a failure above: the filter consumers stop with the scenario
+        await asyncio.gather(filtering, return_exceptions=True)
+    return _result(c, group, a, listener, ids, abandoned, fr)
 
 
 async def _abandon(c: Ctx, indexes: list[int]) -> list[str]:
@@ -216,6 +230,7 @@ def _result(
     listener: Listener,
     ids: dict[int, str],
     abandoned: list[str],
+    fr: sql_filters.FilterRun,
 ) -> dict[str, Any]:
     p, topic = c.plan.params, c.topic
     found: list[Finding] = [
@@ -242,17 +257,21 @@ def _result(
     for d in a.state.deliveries:
         positions.setdefault(d.msg_id, []).append(d.position)
     found += stored_twice_findings(positions, topic) + group_findings(group, topic, [a])
+    found += sql_filters.findings(fr)
     injected = {
         "fault": "transactions ended every way a producer and a network can end them",
         "roles": {role: list(idx) for role, idx in p.items()},
         "check_max": CHECK_MAX,
         "checks": {str(i): n for i, n in sorted(listener.checks.items())},
+        "sql_filters": filters.described(fr.groups(), fr.sent),
     }
     stats = delivery_stats([a], found)
     stats["transactions"] = len(ids) + len(abandoned)
+    stats["filter_consumers"] = delivery_stats(fr.all_procs(), [])["consumers"]
     return c.result(
         "Transactions: committed, rolled back, decided by the check-back, given up by it, "
         "rolled back but sent again outside, committed twice, committed while the group's "
-        "consumer was gone, and abandoned by a producer that died before ending it.",
-        [group], injected, found, stats,
+        "consumer was gone, and abandoned by a producer that died before ending it; beside "
+        "them SQL92 filter consumers, two groups with a stale second instance.",
+        [group, *fr.procs], injected, found, stats,
     )  # fmt: skip

@@ -162,6 +162,7 @@ def test_a_truth_document_validates_and_summarises() -> None:
         "stored_twice": 1, "delivered_twice": 1, "retried_then_ok": 0, "dead_lettered": 0,
         "lost_after_ack": 1, "resend_due": 1, "half_stuck": 0, "check_gave_up": 0,
         "rolled_back_but_delivered": 0, "committed_twice": 0, "committed_never_consumed": 0,
+        "filtered_wrongly": 0,
     }  # fmt: skip
     assert [f["kind"] for f in entry["findings"]] == ["delivered_twice", "lost_after_ack",
                                                       "resend_due", "stored_twice"]  # fmt: skip

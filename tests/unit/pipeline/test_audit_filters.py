@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from broker_runtime.common import findings as K
 from pipeline import schemas
-from pipeline.transforms.filter_audit import audit_filters, sql_matches
+from pipeline.transforms.filter_audit import audit_filters, expired_unreceived, sql_matches
 from tests.unit.pipeline.audit_helpers import (
     T0,
     delivery,
@@ -95,3 +95,37 @@ def test_delivered_but_excluded_and_matched_but_skipped(spark: SparkSession) -> 
     assert (excluded["first_ts"], excluded["last_ts"]) == (T0 + 1000, T0 + 2000)
     assert "broker-a/TopicA/0@1 delivered 2 time(s)" in excluded["detail"]
     assert (skipped["first_ts"], skipped["system"]) == (T0 + 300, "rocketmq")
+
+
+def test_a_matching_message_whose_file_went_first_is_expired_not_skipped(
+    spark: SparkSession,
+) -> None:
+    messages = [
+        stored(0, "red"),  # stored before g1's expression was registered
+        stored(2, "red"),  # matches, below the min offset, never delivered: expired
+        stored(3, "blue"),  # below it too, but excluded
+        stored(4, "red"),  # matches, delivered
+        stored(5, "red"),  # matches, not reached by the offset yet
+    ]
+    args = (
+        frame(spark, schemas.CONSUMER_FILTERS, [filter_row(20, RED)]),
+        frame(spark, schemas.MESSAGES, messages),
+        log(spark, [delivery(1, "K4", queue_offset=4)]),
+        offsets(spark, [snapshot(500, 5, 7, min_offset=4)]),
+        AS_OF,
+    )
+    lost = [r.asDict() for r in expired_unreceived(*args).collect()]
+    assert [
+        (
+            r["msg_id"],
+            r["group"],
+            r["kind"],
+            r["cause"],
+            r["count"],
+            r["committed_offset"],
+            r["min_offset"],
+        )
+        for r in lost
+    ] == [("K2", "g1", K.EXPIRED_BEFORE_CONSUMED, K.FILE_DELETED_BEFORE_DELIVERY, 1, 5, 4)]
+    assert "below the queue's min offset 4" in lost[0]["detail"]
+    assert audit_filters(*args).collect() == []  # not matched_but_skipped as well

@@ -48,3 +48,28 @@ def test_transaction_findings_are_counted_against_the_truth(tmp_path: Path) -> N
     text = format_summary(s)
     assert "committed_never_consumed 1/2 MISMATCH" in text
     assert "transactions:   committed_never_consumed 1, committed_twice 1, half_stuck 1" in text
+
+
+def test_filter_findings_are_counted_against_the_truth_by_cause(tmp_path: Path) -> None:
+    reports, truth, clusters = _site(tmp_path)
+    doc = json.loads(truth.read_text())
+    doc["scenarios"]["transactions"] = {
+        "data_dir": str(tmp_path / "cluster" / "scenarios" / "transactions"),
+        "findings": [_finding(K.FILTERED_WRONGLY, m, "g-sql") for m in ("e1", "e2", "s1")],
+    }
+    truth.write_text(json.dumps(doc))
+    clusters["transactions"] = {
+        "lake": str(tmp_path / "cluster-lakes" / "transactions"),
+        "messages": 40,
+        "kinds": {
+            "audit_filters": {
+                K.FILTERED_WRONGLY: {K.DELIVERED_BUT_EXCLUDED: 2, K.MATCHED_BUT_SKIPPED: 1}
+            }
+        },
+    }
+    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    assert s["truth_check"][K.FILTERED_WRONGLY] == {"truth": 3, "found": 3, "match": True}
+    assert s["filters"] == {K.DELIVERED_BUT_EXCLUDED: 2, K.MATCHED_BUT_SKIPPED: 1}
+    text = format_summary(s)
+    assert "filtered_wrongly 3/3" in text
+    assert "filtered wrongly: delivered_but_excluded 2, matched_but_skipped 1 (by cause)" in text
