@@ -51,7 +51,7 @@ def not_rabbitmq(df: DataFrame) -> DataFrame:
     return df.filter(F.coalesce(F.col("system"), F.lit("rocketmq")) != RABBITMQ)
 
 
-def _newest_death(log: DataFrame) -> DataFrame:
+def newest_death(log: DataFrame) -> DataFrame:
     """Log rows with x-death, and its newest entry's queue, reason, exchange, routing keys."""
     death = F.from_json(F.col("death"), _DEATH)[0]
     keys = F.from_json(death["routing-keys"], ArrayType(StringType()))
@@ -156,7 +156,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
     )  # fmt: skip
     rows = of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms)
     delivered = rows.select("msg_id", F.col("group").alias("queue")).distinct()
-    dead = _newest_death(rows).select("msg_id", F.col("dead_queue").alias("queue")).distinct()
+    dead = newest_death(rows).select("msg_id", F.col("dead_queue").alias("queue")).distinct()
     confirmed = stubs.filter(
         (F.col("status") == "CONFIRMED") & F.col("return_reason").isNull()
     ).select("msg_id", "topic", "broker", "routing_key", "created_at")
@@ -201,7 +201,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
 
 
 def rabbit_dead_letters(log: DataFrame, as_of_ms: int) -> DataFrame:
-    rows = _newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
+    rows = newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
     per = rows.groupBy("msg_id", "dead_queue").agg(
         F.min_by(
             F.struct("reason", "topic", "dead_exchange", "dead_count", "broker", "death"),
