@@ -6,8 +6,9 @@ it CONFIRMED; a nack, a timeout or a lost connection leave it UNCONFIRMED for th
 a mandatory publish the broker returns unrouted (it acks it afterwards) is CONFIRMED with its
 `return_reason`, the audit's `unroutable`. With `keep_bodies=True` the body is kept in the
 ledger with the stub, for the resend of an unconfirmed stub and the DLQ replay (the lake
-holds no RabbitMQ bodies). `AsyncLedgeredPublisher` does the same on the channel of a `SelectConnection` or `AsyncioConnection`, from the confirm and return callbacks
-(delivery tags count the channel's publishes, as the broker numbers them).
+holds no RabbitMQ bodies). `AsyncLedgeredPublisher` does the same on the channel of a
+`SelectConnection` or `AsyncioConnection`, from the confirm and return callbacks (delivery
+tags count the channel's publishes, as the broker numbers them).
 
 A stub's msg_id is the publish's `message_id` (one is set, in the client id format, when the
 properties have none); `topic` is the exchange, `broker` the virtual host. Ledger writes
