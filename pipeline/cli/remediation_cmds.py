@@ -105,6 +105,9 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     resend.add_argument("--secret-key", default=None)
     resend.add_argument("--as-of", default="now", help="due time: epoch ms, ISO 8601 or now")
     resend.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
+    resend.add_argument(
+        "--rabbit-url", default=None, help="amqp://...: where RabbitMQ stubs are published again"
+    )
     resend.add_argument("--report-dir", type=Path, default=None, help="manual_handling.csv/json")
     resend.add_argument("--run-id", default=None, help="default: a new one")
     resend.add_argument("--spark-master", default=DEFAULT_MASTER)
@@ -125,7 +128,7 @@ def _target(args: argparse.Namespace) -> Any:
 def _replay_target(args: argparse.Namespace, system: str) -> Any:
     if system != "rabbitmq":
         return _target(args)
-    from pipeline.jobs.rabbit_replay import RabbitTarget
+    from pipeline.remediation.rabbit_sender import RabbitTarget
 
     if args.rabbit_url is None:
         return None
@@ -140,6 +143,7 @@ def cmd_resend(args: argparse.Namespace) -> int:
     if args.max_send_count < 1:
         raise ValueError(f"--max-send-count must be >= 1, got {args.max_send_count}")
     from pipeline.jobs.resend import run_resend  # Spark loads only when a job runs
+    from pipeline.remediation.rabbit_sender import RabbitTarget
 
     target = None
     if args.namesrv or (args.data_dir / "cluster.json").is_file():
@@ -153,6 +157,9 @@ def cmd_resend(args: argparse.Namespace) -> int:
         ledger_url=args.ledger_url,
         max_send_count=args.max_send_count,
         report_dir=args.report_dir,
+        rabbit=RabbitTarget(args.rabbit_url, str(args.data_dir), args.ledger_url)
+        if args.rabbit_url
+        else None,
         master=args.spark_master,
         progress=not args.quiet,
     )

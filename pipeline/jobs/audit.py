@@ -43,7 +43,7 @@ from pipeline.transforms.rabbit import (
     rabbit_duplicates,
     rabbit_losses,
 )
-from pipeline.transforms.resend import manual_handling, resend_candidates
+from pipeline.transforms.resend import by_system, manual_handling, resend_candidates
 from pipeline.transforms.transaction_audit import audit_transactions
 
 
@@ -173,8 +173,12 @@ def audit_tables(
         "audit_dead_letters": audit_dead_letters(
             i.messages, i.log, i.replay_log, as_of_ms
         ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms)),
-        "resend_candidates": resend_candidates(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
-        "manual_handling": manual_handling(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
+        "resend_candidates": by_system(
+            resend_candidates, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
+        ),
+        "manual_handling": by_system(
+            manual_handling, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
+        ),
         "consistency": audit_consistency(
             i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
         ),

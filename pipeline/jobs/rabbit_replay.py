@@ -19,41 +19,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from broker_runtime.ledger.engine import open_ledger
-from broker_runtime.ledger.producer import ProducerLedger
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import table_path
-from pipeline.readers.layout import ledger_sources
-from pipeline.remediation.rabbit_sender import RabbitMessage, headers_of
+from pipeline.remediation.rabbit_sender import RabbitMessage, RabbitTarget, headers_of
 from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.replay_request import ReplayRequest
 from pipeline.remediation.resend_plan import body_hash_ok
 from pipeline.transforms.rabbit import newest_death, of_rabbitmq
-
-
-@dataclass(frozen=True)
-class RabbitTarget:
-    """Where a RabbitMQ replay or resend publishes (an AMQP URL naming the virtual host) and
-    where the producer's kept bodies are (its ledger: `data_dir`/ledger or `ledger_url`)."""
-
-    url: str
-    data_dir: str | None = None
-    ledger_url: str | None = None
-
-    def producer_ledger(self) -> ProducerLedger | None:
-        from pathlib import Path
-
-        source = ledger_sources(
-            Path(self.data_dir) if self.data_dir else None, self.ledger_url
-        ).message_stub
-        return None if source is None else ProducerLedger(open_ledger(None, "producer", source))
 
 
 def dead_letters_df(

@@ -24,10 +24,9 @@ from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import rabbit_replay
-from pipeline.jobs.rabbit_replay import RabbitTarget
 from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
-from pipeline.remediation.rabbit_sender import RabbitClient
+from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.replay_plan import (
     REPLAY_ID_PROPERTY,
     DeadLetter,

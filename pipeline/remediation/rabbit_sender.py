@@ -27,6 +27,9 @@ from types import TracebackType
 from typing import Any
 
 from broker_runtime.client.model import MQBrokerError, MQClientError
+from broker_runtime.ledger.engine import open_ledger
+from broker_runtime.ledger.producer import ProducerLedger
+from pipeline.readers.layout import ledger_sources
 from pipeline.remediation.sender import Stored
 
 NO_ROUTE = 312  # AMQP reply code of a returned mandatory publish
@@ -52,6 +55,24 @@ def headers_of(stored: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"a stub's headers must be a JSON object, got {stored[:80]!r}")
     return value
+
+
+@dataclass(frozen=True)
+class RabbitTarget:
+    """Where a RabbitMQ replay or resend publishes (an AMQP URL naming the virtual host) and
+    where the producer's kept bodies are (its ledger: `data_dir`/ledger or `ledger_url`)."""
+
+    url: str
+    data_dir: str | None = None
+    ledger_url: str | None = None
+
+    def producer_ledger(self) -> ProducerLedger | None:
+        from pathlib import Path
+
+        source = ledger_sources(
+            Path(self.data_dir) if self.data_dir else None, self.ledger_url
+        ).message_stub
+        return None if source is None else ProducerLedger(open_ledger(None, "producer", source))
 
 
 class RabbitClient:
