@@ -19,6 +19,9 @@ from airflow.sdk import Param, dag, get_current_context, task
 from dags.settings import START, load_settings, send_params, spark_session, write_summary
 
 TIME = ["null", "integer", "string"]
+# A RocketMQ group, or a RabbitMQ queue of the usual characters (the CLI takes any name);
+# check_params holds a RocketMQ group to the broker's own rule.
+GROUP = r"^[%|a-zA-Z0-9_.:-]{1,255}$"
 
 
 def _target(s: Any, request: Any) -> Any:
@@ -41,7 +44,7 @@ def _target(s: Any, request: Any) -> Any:
     doc_md=__doc__,
     params={
         "group": Param(
-            type="string", minLength=1, description="consumer group of the DLQ (RabbitMQ: queue)"
+            type="string", pattern=GROUP, description="consumer group of the DLQ (RabbitMQ: queue)"
         ),
         "topic": Param(
             None, type=["null", "string"], description="only this original topic (or exchange)"
@@ -49,7 +52,9 @@ def _target(s: Any, request: Any) -> Any:
         "from_time": Param(None, type=TIME, description="dead-lettered at/after: ms or ISO"),
         "to_time": Param(None, type=TIME, description="dead-lettered at/before: ms or ISO"),
         **send_params("replayed"),
-        "system": Param("rocketmq", enum=["rocketmq", "rabbitmq"], description="whose DLQ"),
+        "system": Param(
+            "rocketmq", type="string", enum=["rocketmq", "rabbitmq"], description="whose DLQ"
+        ),
     },
 )
 def mq_dlq_replay() -> None:

@@ -17,7 +17,6 @@ it already), and a copy taken off before the publish was confirmed could be lost
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,8 +26,7 @@ from pyspark.sql import functions as F
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import table_path
-from pipeline.remediation.rabbit_sender import RabbitMessage, RabbitTarget, headers_of
-from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
+from pipeline.remediation.rabbit_sender import RabbitMessage, RabbitTarget, dead_letter_message
 from pipeline.remediation.replay_request import ReplayRequest
 from pipeline.remediation.resend_plan import body_hash_ok
 from pipeline.transforms.rabbit import newest_death, of_rabbitmq
@@ -95,22 +93,7 @@ def replay_messages(
         stub, body = stubs.get(msg_id), bodies.get(msg_id)
         if stub is None or body is None or not body_hash_ok(body, stub["body_hash"]):
             continue
-        out[msg_id] = replay_message(
+        out[msg_id] = dead_letter_message(
             msg_id, body, r["death"], stub["headers"], replay_id, r["dlq_msg_id"]
         )
     return out
-
-
-def replay_message(
-    msg_id: str, body: bytes, death: str, headers: str | None, replay_id: str, dlq_msg_id: str
-) -> RabbitMessage:
-    """The publish of a dead letter: to the exchange and routing keys of its newest death
-    (`x-death`, newest first), with the stub's headers and the replay's own."""
-    newest = json.loads(death)[0]
-    keys = [str(k) for k in newest.get("routing-keys") or []]
-    out = headers_of(headers)
-    if len(keys) > 1 and "CC" not in out:
-        out["CC"] = keys[1:]
-    out[REPLAY_ID_PROPERTY] = replay_id
-    out[REPLAY_OF_PROPERTY] = dlq_msg_id
-    return RabbitMessage(str(newest["exchange"]), keys[0] if keys else "", body, msg_id, out)

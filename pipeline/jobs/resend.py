@@ -155,8 +155,13 @@ class _Run:
             self.record(d.candidate, Action.MANUAL, d.reason)
 
     def resend(
-        self, c: Candidate, body: Body, client: BrokerClient | RabbitClient, stub: dict[str, Any]
+        self,
+        c: Candidate,
+        body: Body,
+        client: BrokerClient | RabbitClient,
+        stub: dict[str, Any] | None = None,
     ) -> None:
+        """Send `c` once more (`stub`: its live row, for a RabbitMQ stub's key and headers)."""
         try:
             count = self.ledger.mark_resent([c.msg_id])[c.msg_id]
         except StubError as e:  # voided or removed since the check a moment ago
@@ -164,7 +169,7 @@ class _Run:
             return
         try:
             if isinstance(client, RabbitClient):
-                msg: Any = resend_rabbit_message(c, stub, body.data, self.run_id)
+                msg: Any = resend_rabbit_message(c, stub or {}, body.data, self.run_id)
             else:
                 msg = resend_message(c, body.data, body.properties)
             _, where = client.deliver(msg)

@@ -30,6 +30,7 @@ from broker_runtime.client.model import MQBrokerError, MQClientError
 from broker_runtime.ledger.engine import open_ledger
 from broker_runtime.ledger.producer import ProducerLedger
 from pipeline.readers.layout import ledger_sources
+from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.sender import Stored
 
 NO_ROUTE = 312  # AMQP reply code of a returned mandatory publish
@@ -55,6 +56,21 @@ def headers_of(stored: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"a stub's headers must be a JSON object, got {stored[:80]!r}")
     return value
+
+
+def dead_letter_message(
+    msg_id: str, body: bytes, death: str, headers: str | None, replay_id: str, dlq_msg_id: str
+) -> RabbitMessage:
+    """The publish of a dead letter: to the exchange and routing keys of its newest death
+    (`x-death`, newest first), with the stub's headers and the replay's own."""
+    newest = json.loads(death)[0]
+    keys = [str(k) for k in newest.get("routing-keys") or []]
+    out = headers_of(headers)
+    if len(keys) > 1 and "CC" not in out:
+        out["CC"] = keys[1:]
+    out[REPLAY_ID_PROPERTY] = replay_id
+    out[REPLAY_OF_PROPERTY] = dlq_msg_id
+    return RabbitMessage(str(newest["exchange"]), keys[0] if keys else "", body, msg_id, out)
 
 
 @dataclass(frozen=True)
