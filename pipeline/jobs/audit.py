@@ -112,6 +112,14 @@ def default_as_of(inputs: _Inputs) -> int:
     raise ValueError("the lake has no ingested data to audit (pass an explicit as-of time)")
 
 
+def _replay_log(io: DeltaIO, lake: str) -> DataFrame:
+    """The replay log; one written before `system` gains it first (null: rocketmq), once."""
+    path = DLQ_REPLAY_LOG.path(lake)
+    if table_exists(path):
+        io.ensure_table(path, DLQ_REPLAY_LOG.schema)
+    return io.read(path, DLQ_REPLAY_LOG.schema)
+
+
 def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     def read(name: str, schema: Any) -> DataFrame:
         return io.read(table_path(lake, name), schema)
@@ -134,7 +142,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         log=not_rabbitmq(log),
         quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
         checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
-        replay_log=read(DLQ_REPLAY_LOG.name, DLQ_REPLAY_LOG.schema),
+        replay_log=_replay_log(io, lake),
         ledger_stubs=stubs,
         ledger_log=log,
         rabbit_routes=routes.persist(keep),
@@ -171,8 +179,8 @@ def audit_tables(
         ).unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms)),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
         "audit_dead_letters": audit_dead_letters(
-            i.messages, i.log, i.replay_log, as_of_ms
-        ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms)),
+            i.messages, i.log, not_rabbitmq(i.replay_log), as_of_ms
+        ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms, i.replay_log)),
         "resend_candidates": by_system(
             resend_candidates, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
         ),
