@@ -3,8 +3,8 @@ cluster, for the shared send loop (`pipeline.remediation.sends`) and the resend 
 
 Each publish is `mandatory` on a channel in confirm mode, with the message's own
 `message_id` and the run's id in a header: acked -> sent; returned unrouted -> refused
-(NO_ROUTE: stored in no queue); nacked -> refused; a lost connection -> unknown outcome (the
-next publish connects again).
+(NO_ROUTE: stored in no queue); nacked, or the channel closed by the broker (no such
+exchange) -> refused; a lost connection -> unknown outcome (the next publish connects again).
 
 Reconciling after an interrupted run. A RocketMQ send of unknown outcome is looked up in the
 brokers' key index. A RabbitMQ queue cannot be searched: reading a message takes it from its
@@ -148,7 +148,7 @@ class RabbitClient:
     def deliver(self, msg: RabbitMessage) -> tuple[str, Stored]:
         """Publish `msg` (mandatory) and wait for the broker's confirm."""
         import pika
-        from pika.exceptions import AMQPError, NackError, UnroutableError
+        from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
         channel = self._connect()
         props = pika.BasicProperties(
@@ -161,6 +161,9 @@ class RabbitClient:
             raise MQBrokerError(NO_ROUTE, f"returned unrouted ({text})", self.vhost) from e
         except NackError as e:
             raise MQBrokerError(NACKED, "nacked the publish", self.vhost) from e
+        except ChannelClosedByBroker as e:  # e.g. 404: no such exchange; nothing was stored
+            self._close()
+            raise MQBrokerError(e.reply_code, e.reply_text, self.vhost) from e
         except AMQPError as e:
             self._close()
             raise MQClientError(f"publish to vhost {self.vhost!r} lost: {e!r}") from e

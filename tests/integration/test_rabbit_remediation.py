@@ -14,6 +14,7 @@ from typing import Any
 import pika
 import pytest
 
+from broker_runtime.client.model import MQBrokerError
 from broker_runtime.ledger.consumer import ConsumerLedger
 from broker_runtime.ledger.producer import ProducerLedger
 from broker_runtime.rabbit.consumer import ConsumerLog
@@ -22,7 +23,8 @@ from pipeline.delta_io import DeltaIO
 from pipeline.jobs.ledger_ingest import ingest_ledgers
 from pipeline.jobs.replay import plan_step, run_replay
 from pipeline.lake import DLQ_REPLAY_LOG, RESEND_LOG
-from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
+from pipeline.remediation.rabbit_sender import RabbitClient, RabbitMessage, RabbitTarget
+from pipeline.remediation.reasons import failure_reason
 from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.replay_request import ReplayRequest, parse_request
 from pipeline.remediation.resend_plan import RESEND_RUN_PROPERTY
@@ -193,3 +195,15 @@ def test_resend_publishes_an_unconfirmed_stub_again(world: World) -> None:
     again = run_resend(str(world.lake), world.data, None, as_of_ms=later, run_id="rs-2",
                        rabbit=world.target, spark=world.spark, progress=False)  # fmt: skip
     assert again["counts"]["sent"] == 0 and world.drain("work2") == []
+
+
+def test_the_sender_tells_refusals_from_sends(world: World) -> None:
+    with RabbitClient(world.node.amqp_url(world.vhost)) as client:
+        with pytest.raises(MQBrokerError) as gone:  # the broker closes the channel: 404
+            client.deliver(RabbitMessage("nowhere", "k", b"x", "s-0"))
+        assert failure_reason(gone.value).startswith("refused") and "404" in str(gone.value)
+        with pytest.raises(MQBrokerError, match="returned unrouted"):
+            client.deliver(RabbitMessage("orders", "no.queue", b"x", "s-1"))
+        where, stored = client.deliver(RabbitMessage("orders", "to.work", b"x", "s-2"))
+    assert stored == (world.vhost, None, None) and "exchange 'orders'" in where
+    assert [p.message_id for _, p, _ in world.drain("work")] == ["s-2"]
