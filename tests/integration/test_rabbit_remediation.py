@@ -19,20 +19,23 @@ from broker_runtime.ledger.consumer import ConsumerLedger
 from broker_runtime.ledger.producer import ProducerLedger
 from broker_runtime.rabbit.consumer import ConsumerLog
 from broker_runtime.rabbit.publisher import LedgeredPublisher, record_stub, stub_of
+from pipeline.audit_schemas import RESEND_CANDIDATES
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.ledger_ingest import ingest_ledgers
 from pipeline.jobs.replay import plan_step, run_replay
-from pipeline.lake import DLQ_REPLAY_LOG, RESEND_LOG
+from pipeline.lake import DLQ_REPLAY_LOG, RESEND_LOG, TABLES
 from pipeline.remediation.rabbit_sender import RabbitClient, RabbitMessage, RabbitTarget
 from pipeline.remediation.reasons import failure_reason
 from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.replay_request import ReplayRequest, parse_request
 from pipeline.remediation.resend_plan import RESEND_RUN_PROPERTY
+from pipeline.transforms.resend import by_system, resend_candidates
 from tests.rabbitmq import RabbitNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 HEADERS = {"tenant": "t1"}
+LEDGERS = ("message_stub", "message_log")
 
 
 @dataclass
@@ -175,12 +178,13 @@ def test_interrupted_replay_resumes(world: World) -> None:
 
 
 def test_resend_publishes_an_unconfirmed_stub_again(world: World) -> None:
-    from pipeline.jobs.audit import run_audit
     from pipeline.jobs.resend import run_resend
 
     later = int(time.time() * 1000) + 3_600_000  # the stub's resend time has come
-    run_audit(world.lake, world.spark, later, progress=False,
-              tables=("resend_candidates", "manual_handling"))  # fmt: skip
+    io = DeltaIO(world.spark)
+    stubs, log = (io.read(TABLES[t].path(world.lake), TABLES[t].schema) for t in LEDGERS)
+    due = by_system(resend_candidates, stubs, log, 16, later)  # the audit's table, alone
+    io.overwrite(due, TABLES["resend_candidates"].path(world.lake), RESEND_CANDIDATES)
     done = run_resend(str(world.lake), world.data, None, as_of_ms=later, run_id="rs-1",
                       rabbit=world.target, spark=world.spark, progress=False)  # fmt: skip
     assert done["counts"]["sent"] == 1
