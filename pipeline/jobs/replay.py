@@ -102,8 +102,10 @@ def read_log(io: DeltaIO, lake: str, group: str, system: str = "rocketmq") -> li
     return [LogEntry.of(r.asDict()) for r in df.filter(mine).collect()]
 
 
-def _client(target: Target) -> BrokerClient | RabbitClient:
-    """A started client of the request's system; the caller closes it (`with`)."""
+def _client(request: ReplayRequest, target: Target) -> BrokerClient | RabbitClient:
+    """A client of the request's system, to use as a context manager."""
+    if isinstance(target, RabbitTarget) != (request.system == RABBITMQ):
+        raise ValueError(f"a {request.system} replay cannot send to {type(target).__name__}")
     if isinstance(target, RabbitTarget):
         return RabbitClient(target.url)
     return BrokerClient(target, retry_times=0)
@@ -157,7 +159,7 @@ def plan_step(
             reporter("replay", progress)(
                 f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker"
             )
-            with _client(target) as client:
+            with _client(request, target) as client:
                 row = _entry(request.system)
                 settled = reconcile(doubt, client, log, row, REPLAY_ID_PROPERTY)
             entries = read_log(io, lake, request.group, request.system)
@@ -191,7 +193,7 @@ def send_step(
     io = DeltaIO(spark)
     counts = {"sent": 0, "failed": 0, "refused": 0}
     row = _entry(request.system)
-    with _outcome_log(spark, io, lake) as log, _client(target) as client:
+    with _outcome_log(spark, io, lake) as log, _client(request, target) as client:
         entries = _mine(io, lake, request, replay_id)
         if resume:
             own = in_doubt(entries)

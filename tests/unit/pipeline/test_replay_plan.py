@@ -16,7 +16,7 @@ from broker_runtime.common.message import (
     TAGS,
     UNIQ_KEY,
 )
-from pipeline.remediation.rabbit_sender import dead_letter_message
+from pipeline.remediation.rabbit_sender import RabbitTarget, dead_letter_message
 from pipeline.remediation.reasons import UNKNOWN_OUTCOME
 from pipeline.remediation.replay_plan import (
     DRY_RUN_REASON,
@@ -40,7 +40,7 @@ from pipeline.remediation.replay_request import (
     parse_repair_request,
     parse_request,
 )
-from pipeline.remediation.sender import Pacer
+from pipeline.remediation.sender import BrokerTarget, Pacer
 
 G = "orders-consumer"
 
@@ -304,3 +304,12 @@ def test_a_repair_plan_skips_the_unrepairable_and_what_some_repair_sent() -> Non
         "L2": "not repairable: no body",
         "L3": "already repaired (by p0, offset 9, at 2; force=true to send again)",
     }
+
+
+def test_a_replay_sends_only_to_its_own_system() -> None:
+    from pipeline.jobs.replay import _client
+
+    with pytest.raises(ValueError, match="a rabbitmq replay cannot send to BrokerTarget"):
+        _client(request(system="rabbitmq"), BrokerTarget("127.0.0.1:9876"))
+    with pytest.raises(ValueError, match="a rocketmq replay cannot send to RabbitTarget"):
+        _client(request(), RabbitTarget("amqp://guest:guest@127.0.0.1:5672/%2F"))
