@@ -2,8 +2,10 @@
 
 Starts a cluster under OUT, runs the fault workload (every scenario), then the DAGs through
 Airflow (`airflow dags test` on a SQLite metadata database under OUT/airflow): mq_audit,
-mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay; prints a short summary
-(also OUT/summary.json) and where the reports are, and stops the cluster, also on failure.
+mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, then mq_audit again to
+show what the remedies repaired (the summary's repair loop: found -> acted on -> found after);
+prints a short summary (also OUT/summary.json) and where the reports are, and stops the
+cluster, also on failure.
 
 The workload runs some scenarios on clusters of its own (OUT/cluster/scenarios/<name>);
 those are ingested and audited into lakes of their own (pipeline.demo_clusters) in the
@@ -34,6 +36,7 @@ from typing import Any, TextIO
 from pipeline.demo_summary import (
     build_summary,
     format_summary,
+    latest,
     load_json,
     other_clusters,
     pick_replay_group,
@@ -133,6 +136,7 @@ class Demo:
         self.prepare()
         migrate: subprocess.Popen[bytes] | None = None
         audits: subprocess.Popen[bytes] | None = None
+        first_audit: dict[str, Any] | None = None
         try:
             migrate = self.start_migrate()
             self.step("cluster up", self.cluster_up)
@@ -152,6 +156,12 @@ class Demo:
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
                 real = {**conf, "dry_run": False}
                 self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+            # The audit the remedies acted on; the next one shows what they repaired.
+            first_audit = latest(self.reports, "mq_audit")
+            self.step(
+                "mq_audit (after the remedies)",
+                lambda: self.dag_test("mq_audit", label="mq_audit-after"),
+            )
             if audits is not None:
                 self.step("other clusters' audits", lambda: self.wait_cluster_audits(audits))
         finally:
@@ -163,7 +173,7 @@ class Demo:
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         clusters = load_json(self.clusters_json)
         summary = build_summary(
-            self.reports, self.truth, workload, self.timings, self.out, clusters
+            self.reports, self.truth, workload, self.timings, self.out, clusters, first_audit
         )
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return summary
@@ -264,7 +274,9 @@ class Demo:
                 f"airflow db migrate failed (exit {proc.returncode}); see {log}:\n{tail(log)}"
             )
 
-    def dag_test(self, dag_id: str, conf: dict[str, Any] | None = None) -> None:
+    def dag_test(
+        self, dag_id: str, conf: dict[str, Any] | None = None, label: str | None = None
+    ) -> None:
         # Whole seconds, rounded up: the run's interval ends after everything sent so far.
         when = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).replace(microsecond=0)
         when_iso = when.isoformat()
@@ -272,7 +284,7 @@ class Demo:
         if conf is not None:
             argv += ["-c", json.dumps(conf)]
         name = dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run"
-        self.run_logged(name, argv, env=self.airflow_env())
+        self.run_logged(label or name, argv, env=self.airflow_env())
 
     # -- processes --------------------------------------------------------------------------
     def run_logged(

@@ -23,12 +23,21 @@ from broker_runtime.common.findings import (
     KINDS,
     LAG,
     LOST_AFTER_ACK,
+    RESEND_DUE,
     STORED_TWICE,
 )
+from pipeline.demo_remedies import remediation, remediation_lines
 
 # The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
 TRANSACTION_KINDS = KINDS["audit_transactions"]
-COMPARED_KINDS = (STORED_TWICE, DELIVERED_TWICE, LOST_AFTER_ACK, DEAD_LETTERED, *TRANSACTION_KINDS)
+COMPARED_KINDS = (
+    STORED_TWICE,
+    DELIVERED_TWICE,
+    LOST_AFTER_ACK,
+    DEAD_LETTERED,
+    RESEND_DUE,
+    *TRANSACTION_KINDS,
+)
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -106,8 +115,10 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
         _add(counter, report.get(key, {}))
     dead = Counter({"total": int(report.get("dead_letters") or 0)})
     dead["waiting"] = int(report.get("dead_letters_waiting") or 0)
+    resends = Counter({RESEND_DUE: int(report.get("resend_candidates") or 0)})
     for cluster in clusters.values():
         kinds = cluster.get("kinds", {})
+        _add(resends, {k: sum(c.values()) for k, c in kinds.get("resend_candidates", {}).items()})
         tables = (
             ("audit_duplicates", "duplicates"),
             ("audit_losses", "losses"),
@@ -120,6 +131,7 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
         n = sum(sum(c.values()) for c in kinds.get("audit_dead_letters", {}).values())
         dead.update(total=n, waiting=n)  # nothing is replayed from those clusters
     out["dead_letters"] = dead
+    out["resends"] = resends
     return out
 
 
@@ -139,6 +151,7 @@ def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
 
 def _found(audited: dict[str, Counter[str]]) -> dict[str, int]:
     found = {**audited["duplicates"], **audited["losses"], **audited["transactions"]}
+    found.update(+audited["resends"])  # only kinds found
     found[DEAD_LETTERED] = audited["dead_letters"]["total"]
     return found
 
@@ -155,10 +168,14 @@ def build_summary(
     timings: dict[str, float],
     out: Path,
     clusters: dict[str, Any] | None = None,
+    first_audit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`clusters`: pipeline.demo_clusters' result for the workload's own clusters."""
+    """`clusters`: pipeline.demo_clusters' result for the workload's own clusters;
+    `first_audit`: the summary of the mq_audit run the remedies acted on, when a later one
+    verified them (the findings are counted from the first, the loop from both)."""
     clusters = clusters or {}
-    audit = latest(reports, "mq_audit")
+    after = latest(reports, "mq_audit")
+    audit = first_audit or after
     built = audit.get("report", {})
     found = built.get("summary", {})
     audited = _audited(found, clusters)
@@ -206,6 +223,7 @@ def build_summary(
             "dry_run": dry.get("by_status", {}),
             "real": real.get("by_status", {}),
         },
+        "remediation": remediation(audit, after, resend, real) if first_audit else None,
         "problems": [*found.get("problems", []), *_cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",
@@ -281,6 +299,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"replays ({s['replays']['group']}): dry run {kv(s['replays']['dry_run'])}; "
         f"real {kv(s['replays']['real'])} (dead letters, by replay outcome)",
     ]
+    if s.get("remediation"):
+        lines += remediation_lines(s["remediation"])
     if s["problems"]:
         lines.append(
             "needs attention (the demo's cluster, then each other cluster by name): "

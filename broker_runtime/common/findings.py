@@ -56,6 +56,10 @@ MAX_LENGTH = "max_length"
 # RabbitMQ's dead-letter reasons (x-death), the causes of its dead_lettered findings.
 DEATH_REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 
+# Why a producer stub is due for a resend (resend_candidates.cause).
+NEVER_ACKNOWLEDGED = "never_acknowledged"  # no SEND_OK came back: no queue offset known
+OFFSET_PASSED_BY_CONSUMERS = "offset_passed_by_consumers"  # acked late; consumers went past
+
 # Whose finding a row is (every audit table's `system`).
 SYSTEMS = ("rocketmq", "rabbitmq")
 
@@ -81,6 +85,7 @@ TRUTH_KINDS = (
     RETRIED_THEN_OK,
     DEAD_LETTERED,
     LOST_AFTER_ACK,
+    RESEND_DUE,
     HALF_STUCK,
     CHECK_GAVE_UP,
     ROLLED_BACK_BUT_DELIVERED,

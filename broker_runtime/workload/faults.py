@@ -4,6 +4,9 @@
   and answers; the answer is dropped before the producer reads it, and the send attempt
   fails as a timeout would. The producer retries (elsewhere) and the message is stored a
   second time with the same UNIQ_KEY.
+- Unreachable broker: the producer's requests for chosen messages never reach the broker
+  (every attempt, retries included, fails as a refused connection would). The send fails,
+  nothing is stored, and the message's ledger stub stays UNCONFIRMED: the resend job's work.
 - Lost acks: a consumer's offset commits of one queue past an offset never reach the broker
   (neither UPDATE_CONSUMER_OFFSET nor the offset piggy-backed on pulls); the consumer goes
   on as if they had. After it dies, that queue is consumed again from the last commit that
@@ -23,7 +26,7 @@ from broker_runtime.client.puller import Puller
 from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.client.tag_filter import Subscription
-from broker_runtime.remoting.connection import RemotingTimeoutError
+from broker_runtime.remoting.connection import RemotingConnectError, RemotingTimeoutError
 from broker_runtime.remoting.headers import SendMessageRequestHeader
 
 log = logging.getLogger(__name__)
@@ -36,12 +39,14 @@ Send = Callable[
 
 @dataclass
 class LostResponses:
-    """Drops the answer to the first send attempt of chosen messages (by UNIQ_KEY).
+    """Drops the answer to the first send attempt of chosen messages (by UNIQ_KEY), and
+    every request of the `unreachable` ones before it reaches the broker.
 
     `dropped` keeps what each dropped answer said: where the broker stored the message.
     """
 
     victims: set[str] = field(default_factory=set)
+    unreachable: set[str] = field(default_factory=set)
     dropped: dict[str, SendResult] = field(default_factory=dict)
 
     def install(self, producer: Producer) -> None:
@@ -56,8 +61,12 @@ class LostResponses:
             msg_ids: tuple[str, ...],
             timeout: float,
         ) -> SendResult:
-            result = await real(addr, mq, header, body, msg_ids, timeout)
             victim = msg_ids[0] if len(msg_ids) == 1 else None
+            if victim in self.unreachable:
+                raise RemotingConnectError(
+                    f"{addr} unreachable for the send of {victim} (injected)"
+                )
+            result = await real(addr, mq, header, body, msg_ids, timeout)
             if victim in self.victims and victim not in self.dropped:
                 self.dropped[victim] = result
                 raise RemotingTimeoutError(f"response to the send of {victim} lost (injected)")

@@ -25,13 +25,16 @@ from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import CLUSTER_FILE, ClusterLayout
 from broker_runtime.cluster.probe import broker_info
 from broker_runtime.common.message import UNIQ_KEY
-from broker_runtime.ledger.producer import ProducerLedger
+from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff
 from broker_runtime.workload.consumer_proc import ConsumerSpec
 from broker_runtime.workload.faults import LostResponses
 from broker_runtime.workload.journal import JournalReader, JournalState
 
 Position = tuple[str, str, int, int]  # topic, broker, queue id, queue offset
 BODY_PAD = 96
+# An unanswered send's stub is due for a resend a second later: the first audit after the
+# workload must see it (the default first wait, 60 s, can outlast the demo's first audit).
+RESEND_AFTER = ResendBackoff(first_ms=1_000)
 # Broker settings of the clusters scenarios start: fast registration and HA, small files.
 SCENARIO_BROKER_SETTINGS: dict[str, str] = {
     "register_interval_ms": "1000",
@@ -245,20 +248,25 @@ class Harness:
         ledger_dir: Path | None,
         *,
         lose_response_of: Collection[int] = (),
+        unreachable: Collection[int] = (),
         concurrency: int = 32,
     ) -> list[Sent]:
         """Send one message per index, the producer ledger on; failed sends are recorded.
 
-        The answers to the first attempt of `lose_response_of` are dropped (faults.py).
+        The answers to the first attempt of `lose_response_of` are dropped, and no request
+        for `unreachable` ones reaches the broker (faults.py).
         """
         msgs = {}
         for i in indexes:
             msg = new_message(topic, self.body(scenario, i), keys=f"{scenario}-{i}")
             set_uniq_id(msg)
             msgs[i] = msg
-        lost = LostResponses({msgs[i].properties[UNIQ_KEY] for i in lose_response_of})
+        lost = LostResponses(
+            {msgs[i].properties[UNIQ_KEY] for i in lose_response_of},
+            {msgs[i].properties[UNIQ_KEY] for i in unreachable},
+        )
         producer = Producer(ClientConfig(namesrv), f"wl-{scenario}")
-        ledger = ProducerLedger.open(ledger_dir, self.ledger_url)
+        ledger = ProducerLedger.open(ledger_dir, self.ledger_url, backoff=RESEND_AFTER)
         hooks = ProducerLedgerHooks(ledger, keep_bodies=True)  # what a repair sends again
         hooks.attach(producer)
         await producer.start()

@@ -108,7 +108,11 @@ def plan_scenario(name: str, messages: int, seed: int) -> ScenarioPlan:
         # From this message on, the acks (offset commits) of its queue never arrive.
         params = {"ack_lost_from_index": rng.randrange(m // 4, m // 2)}
     elif name == PRODUCER_RESEND:
-        params = {"lost_responses": _some(rng, range(m), 0.03)}
+        lost = _some(rng, range(m), 0.03)
+        rest = sorted(set(range(m)) - set(lost))
+        # The answers to `lost_responses` are lost (stored twice); `unreachable` never
+        # reach the broker (their stubs stay UNCONFIRMED, for the resend job).
+        params = {"lost_responses": lost, "unreachable": sorted(rng.sample(rest, len(lost)))}
     elif name == NAMESRV_SPLIT:
         params = {}
     elif name == CONSUMER_FAILURES:

@@ -7,9 +7,11 @@ Shape: `{"seed", "messages", "run_id", "data_dir", "started_at", "finished_at",
 
 Kinds and counts: `stored_twice` (group null; count = copies stored), `delivered_twice` and
 `retried_then_ok` (count = deliveries to the group), `dead_lettered` (count = failed
-consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1). Each has the
-cause the audit gives it: `producer_resend` for `stored_twice`; `max_reconsume_times` (or
-`sent_to_dlq_directly`) for a dead letter; `absent_from_commitlog` for a loss. The
+consumptions, the dead letter's reconsume times), `lost_after_ack` (count 1), `resend_due`
+(group null; count = sends so far, 1: a send no SEND_OK answered leaves its stub UNCONFIRMED
+with no queue offset, due for the resend job). Each has the cause the audit gives it:
+`producer_resend` for `stored_twice`; `max_reconsume_times` (or `sent_to_dlq_directly`) for
+a dead letter; `absent_from_commitlog` for a loss; `never_acknowledged` for a resend. The
 transaction kinds (`half_stuck`, `check_gave_up`, `committed_twice`: group null;
 `rolled_back_but_delivered`, `committed_never_consumed`: per consumer group) come with the
 causes of pipeline/transforms/transaction_audit.py.
@@ -36,10 +38,12 @@ from broker_runtime.common.findings import (
     DELIVERED_TWICE,
     LOST_AFTER_ACK,
     MAX_RECONSUME_TIMES,
+    NEVER_ACKNOWLEDGED,
     OFFSET_NOT_COMMITTED,
     PRODUCER_RESEND,
     REBALANCE_OVERLAP,
     REDELIVERY_AFTER_RESTART,
+    RESEND_DUE,
     RETRIED_THEN_OK,
     RETRY_AFTER_FAILURE,
     SENT_TO_DLQ_DIRECTLY,
@@ -73,6 +77,8 @@ def default_cause(kind: str, count: int) -> str | None:
         return MAX_RECONSUME_TIMES if count > 1 else SENT_TO_DLQ_DIRECTLY
     if kind == LOST_AFTER_ACK:  # the workload's losses are never delivered before
         return ABSENT_FROM_COMMITLOG
+    if kind == RESEND_DUE:  # the workload's stubs are either confirmed or never answered
+        return NEVER_ACKNOWLEDGED
     return None
 
 
@@ -225,7 +231,7 @@ def validate(doc: Any) -> None:
                 raise ValueError(f"scenario {name}: a finding without msg_id")
             if not isinstance(f.get("count"), int) or f["count"] < 1:
                 raise ValueError(f"scenario {name}: finding {f['msg_id']} has a bad count")
-            no_group = (STORED_TWICE, LOST_AFTER_ACK, *TRANSACTION_KINDS_WITHOUT_GROUP)
+            no_group = (STORED_TWICE, LOST_AFTER_ACK, RESEND_DUE, *TRANSACTION_KINDS_WITHOUT_GROUP)
             if (f["kind"] in no_group) != (f["group"] is None):
                 raise ValueError(f"scenario {name}: {f['kind']} {f['msg_id']}: group mismatch")
         if s["expected"] != expected(s["findings"]):

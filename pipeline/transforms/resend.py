@@ -65,8 +65,8 @@ def resend_candidates(
         .filter(passed)
         .join(logged, on="msg_id", how="left_anti")
     )
-    cause = F.when(F.col("queue_offset").isNull(), "never_acknowledged").otherwise(
-        "offset_passed_by_consumers"
+    cause = F.when(F.col("queue_offset").isNull(), findings.NEVER_ACKNOWLEDGED).otherwise(
+        findings.OFFSET_PASSED_BY_CONSUMERS
     )
     return rows.select(
         *_STUB,

@@ -134,6 +134,15 @@ def test_truth_matches_the_broker_files_and_the_ledgers(run: Run) -> None:
     log = log_rows(root, group)
     assert of_kind(resend, "delivered_twice") == {m: len(r) for m, r in log.items() if len(r) > 1}
     assert set(twice) == set(of_kind(resend, "delivered_twice"))
+    # The sends cut off from the broker: their stubs UNCONFIRMED in the producer ledger, and
+    # no commitlog holds them.
+    with sqlite3.connect(root / "ledger" / "producer.db") as db:
+        unconfirmed = {r[0] for r in db.execute(
+            "SELECT msg_id FROM message_stub WHERE status = 'UNCONFIRMED' AND topic = ?",
+            (topic,))}  # fmt: skip
+    assert unconfirmed and of_kind(resend, "resend_due") == dict.fromkeys(unconfirmed, 1)
+    assert set(resend["injected"]["unreachable_msg_ids"]) == unconfirmed
+    assert not unconfirmed & {k for (t, k) in copies if t == topic}
 
     crash = doc["scenarios"]["consumer_crash_unacked"]
     log = log_rows(root, crash["groups"][0])
@@ -229,7 +238,8 @@ def test_a_sync_master_loses_nothing_it_acknowledged(run: Run) -> None:
     _root, doc, _ = run
     entry = doc["scenarios"]["master_crash_sync"]
     own = Path(entry["data_dir"])
-    assert entry["findings"] == [] and entry["injected"]["lost_msg_ids"] == []
+    assert entry["injected"]["lost_msg_ids"] == []
+    assert {f["kind"] for f in entry["findings"]} == {"resend_due"}  # nothing lost
     status = stubs(own)
     stored = {
         k for role in ("master", "slave") for (t, k) in copies_in_logs(own, role)
@@ -243,5 +253,6 @@ def test_a_sync_master_loses_nothing_it_acknowledged(run: Run) -> None:
     unconfirmed = {m for m, s in status.items() if s == "UNCONFIRMED"}
     assert statuses.get("SLAVE_NOT_AVAILABLE", 0) == len(unconfirmed) > 0
     assert unconfirmed <= stored
+    assert of_kind(entry, "resend_due") == dict.fromkeys(unconfirmed, 1)  # the resend's work
     injected = entry["injected"]
     assert injected["master_log_cut_at"] == injected["master_log_end_at_power_loss"]

@@ -66,6 +66,7 @@ FAULT_TABLES = (
     "consistency",
     "audit_transactions",
     "audit_filters",
+    "resend_candidates",
 )
 COLUMNS = ["msg_id", "group", "kind", "cause", "count", "topic"]
 DUPLICATE_EFFECT = "duplicate_effect"  # a consequence of delivered_twice, not a fault of its own

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker_runtime.client.admin import MQAdmin
-from broker_runtime.common.findings import DELIVERED_TWICE
+from broker_runtime.common.findings import DELIVERED_TWICE, RESEND_DUE
 from broker_runtime.workload.harness import ConsumerProc, Harness, Position, Sent, WorkloadError
 from broker_runtime.workload.journal import Delivery
 from broker_runtime.workload.plan import ScenarioPlan
-from broker_runtime.workload.truth import Finding, delivery_findings, scenario_entry
+from broker_runtime.workload.truth import Finding, delivery_findings, finding, scenario_entry
 
 QueueKey = tuple[str, str, int]  # topic, broker, queue id
 
@@ -25,6 +25,7 @@ class Ctx:
     plan: ScenarioPlan
     root: Path  # the data dir of the cluster the scenario runs on
     namesrv: str
+    sent: list[Sent] = field(default_factory=list)  # every send of the scenario's producers
 
     @property
     def name(self) -> str:
@@ -60,14 +61,30 @@ class Ctx:
             **spec,
         )
 
-    async def produce(self, indexes: Sequence[int], **kw: Any) -> list[Sent]:
+    async def produce(
+        self, indexes: Sequence[int], unreachable: Sequence[int] = (), **kw: Any
+    ) -> list[Sent]:
+        """Send one message per index; a send may fail only where the broker is made
+        `unreachable` for it (faults.py): any other failure is the workload's error."""
         sent = await self.h.produce(
-            self.namesrv, self.topic, self.name, indexes, self.ledger_dir, **kw
-        )
-        failed = [s for s in sent if s.status is None]
+            self.namesrv, self.topic, self.name, indexes, self.ledger_dir,
+            unreachable=unreachable, **kw,
+        )  # fmt: skip
+        cut_off = set(unreachable)
+        failed = [s for s in sent if s.status is None and s.index not in cut_off]
         if failed:
             raise WorkloadError(f"{self.name}: {len(failed)} send(s) failed: {failed[0].error}")
+        arrived = [s.index for s in sent if s.index in cut_off and s.status is not None]
+        if arrived:
+            raise WorkloadError(f"{self.name}: sends {arrived} reached the cut-off broker")
+        self.sent += sent
         return sent
+
+    def resend_findings(self) -> list[Finding]:
+        """Every send no SEND_OK answered: its stub stays UNCONFIRMED, due for a resend."""
+        return [
+            finding(RESEND_DUE, s.msg_id, None, 1, self.topic) for s in self.sent if not s.acked
+        ]
 
     def result(
         self,
@@ -84,7 +101,7 @@ class Ctx:
             groups=groups,
             messages=self.plan.messages,
             injected=injected,
-            findings=findings,
+            findings=[*findings, *self.resend_findings()],
             stats=stats,
         )
 

@@ -1,5 +1,6 @@
-"""A producer resend after a lost answer (stored twice), and consumers failing messages
-for good (retry, then the DLQ) or for a while (retry, then success). On the main cluster."""
+"""A producer resend after a lost answer (stored twice) and sends that never reach the broker
+(left UNCONFIRMED for the resend job), and consumers failing messages for good (retry, then
+the DLQ) or for a while (retry, then success). On the main cluster."""
 
 from __future__ import annotations
 
@@ -23,16 +24,19 @@ from broker_runtime.workload.truth import finding, stored_twice_findings
 async def producer_resend(c: Ctx) -> dict[str, Any]:
     h, m = c.h, c.plan.messages
     victims = [int(i) for i in c.plan.params["lost_responses"]]
+    cut_off = [int(i) for i in c.plan.params.get("unreachable", [])]
     group = c.group()
     await h.create_topic(c.namesrv, c.topic)
-    sent = await c.produce(range(m), lose_response_of=victims)
+    sent = await c.produce(range(m), lose_response_of=victims, unreachable=cut_off)
     twice = [s for s in sent if len(s.copies) >= 2]
     h.say(f"{c.name}: {len(twice)} of {len(victims)} lost answers made a second copy")
+    h.say(f"{c.name}: {len(cut_off)} sends never reached the broker")
     a = c.consumer("a", group)
     copies = sum(len(s.copies) for s in sent)
+    stored = set(range(m)) - set(cut_off)
 
     def all_copies() -> bool:
-        return len(a.state.deliveries) >= copies and consumed_by([a]) >= set(range(m))
+        return len(a.state.deliveries) >= copies and consumed_by([a]) >= stored
 
     await h.until(all_copies, c.patience(60), "every stored copy to be consumed", [a])
     await asyncio.sleep(0.3)
@@ -42,15 +46,20 @@ async def producer_resend(c: Ctx) -> dict[str, Any]:
         positions.setdefault(d.msg_id, []).append(d.position)
     findings = stored_twice_findings(positions, c.topic) + group_findings(group, c.topic, [a])
     injected = {
-        "fault": "the answer to the first send attempt dropped (a timeout for the producer)",
+        "fault": "the answer to the first send attempt dropped (a timeout for the producer); "
+        "every request of other sends dropped before the broker (a cut-off network)",
         "lost_answers": len(victims),
         "indexes": victims,
         "msg_ids": [sent[i].msg_id for i in victims],
+        "unreachable_indexes": cut_off,
+        "unreachable_msg_ids": [sent[i].msg_id for i in cut_off],
     }
     return c.result(
         "The broker stores a message and answers, but the answer is lost: the producer times "
         "out and sends again, and the message is stored twice with the same UNIQ_KEY (seed "
-        "002 6.1.2.1). A consumer group then gets both copies.",
+        "002 6.1.2.1). A consumer group then gets both copies. Other sends never reach the "
+        "broker: they fail, nothing is stored, and their ledger stubs stay UNCONFIRMED until "
+        "the resend job sends them again.",
         [group], injected, findings, delivery_stats([a], findings),
     )  # fmt: skip
 

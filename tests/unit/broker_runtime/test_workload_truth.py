@@ -142,6 +142,7 @@ def _doc() -> dict[str, Any]:
         T.finding(K.DELIVERED_TWICE, "m1", "g", 2, TOPIC, K.OFFSET_NOT_COMMITTED),
         T.finding(K.STORED_TWICE, "m2", None, 2, TOPIC, K.PRODUCER_RESEND),
         T.finding(K.LOST_AFTER_ACK, "m3", None, 1, TOPIC),
+        T.finding(K.RESEND_DUE, "m4", None, 1, TOPIC),
     ]
     entry = T.scenario_entry(
         description="x", data_dir="/d", topic=TOPIC, groups=["g"], messages=10,
@@ -159,15 +160,17 @@ def test_a_truth_document_validates_and_summarises() -> None:
     entry = doc["scenarios"]["rebalance_lock_off"]
     assert entry["expected"] == {
         "stored_twice": 1, "delivered_twice": 1, "retried_then_ok": 0, "dead_lettered": 0,
-        "lost_after_ack": 1, "half_stuck": 0, "check_gave_up": 0,
+        "lost_after_ack": 1, "resend_due": 1, "half_stuck": 0, "check_gave_up": 0,
         "rolled_back_but_delivered": 0, "committed_twice": 0, "committed_never_consumed": 0,
     }  # fmt: skip
     assert [f["kind"] for f in entry["findings"]] == ["delivered_twice", "lost_after_ack",
-                                                      "stored_twice"]  # fmt: skip
+                                                      "resend_due", "stored_twice"]  # fmt: skip
+    resend = next(f for f in entry["findings"] if f["kind"] == K.RESEND_DUE)
+    assert resend["cause"] == K.NEVER_ACKNOWLEDGED  # as the audit names it
     assert T.summary(doc) == {
         "run_id": "r", "seed": 1, "messages": 10, "seconds": 2.5,
         "scenarios": {"rebalance_lock_off": {"stored_twice": 1, "delivered_twice": 1,
-                                             "lost_after_ack": 1}},
+                                             "lost_after_ack": 1, "resend_due": 1}},
         "rebalance_duplicate_deliveries": {"lock_off": 1},
     }  # fmt: skip
 

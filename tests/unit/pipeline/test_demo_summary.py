@@ -104,3 +104,30 @@ def test_other_clusters_are_the_scenarios_data_dirs_but_the_main_one(tmp_path: P
         (tmp_path / "cluster" / "scenarios" / "crash").resolve()
     ]
     assert other_clusters({}, tmp_path) == []
+
+
+def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path: Path) -> None:
+    reports, truth, clusters = _site(tmp_path)
+    first = json.loads((reports / "mq_audit" / "r1" / "summary.json").read_text())
+    first["report"]["summary"] |= {"resend_candidates": 3, "dead_letters_waiting": 4}
+    after = {"report": {"summary": {"resend_candidates": 0, "dead_letters_waiting": 1}}}
+    run = _write(reports / "mq_audit" / "r2" / "summary.json", after)
+    _write(reports / "mq_audit" / "latest.json", {"summary": str(run)})
+    resend = _write(reports / "mq_retry_resend" / "r1" / "summary.json", {"counts": {"sent": 3}})
+    _write(reports / "mq_retry_resend" / "latest.json", {"summary": str(resend)})
+    replay = {"request": {"group": "g", "dry_run": False}, "by_status": {"sent": 2}}
+    _write(reports / "mq_dlq_replay" / "r1" / "summary.json", replay)
+    s = build_summary(reports, truth, None, {}, tmp_path, clusters, first)
+    loops = s["remediation"]["loops"]
+    assert loops["resend_due"] == {
+        "remedy": "mq_retry_resend", "found": 3, "acted": 3, "left": 0, "closed": True,
+    }  # fmt: skip
+    # Four waiting, two replayed, one left: three gone for two replayed is no closed loop.
+    assert loops["dead_lettered"]["found"] == 4 and loops["dead_lettered"]["left"] == 1
+    assert not loops["dead_lettered"]["closed"]
+    assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 3, "match": False}  # first
+    text = format_summary(s)
+    assert "resend_due" in text and "(mq_retry_resend; closed)" in text
+    assert "lost_after_ack" in s["remediation"]["no_remedy"]
+    # Without a second audit there is no loop to show.
+    assert build_summary(reports, truth, None, {}, tmp_path, clusters)["remediation"] is None

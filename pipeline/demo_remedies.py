@@ -1,0 +1,99 @@
+"""The demo's repair loop in numbers: for each finding kind, what the first mq_audit found,
+what its remedy did, and what the mq_audit after the remedies still finds (pure over the
+DAG runs' summaries).
+
+A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
+it acted on no more: resend_due by mq_retry_resend (the stubs confirmed at their new
+offsets), dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed). The
+other kinds have no remedy the demo can run, and `NO_REMEDY` says why for each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker_runtime.common.findings import (
+    CHECK_GAVE_UP,
+    COMMITTED_NEVER_CONSUMED,
+    COMMITTED_TWICE,
+    DEAD_LETTERED,
+    DELIVERED_TWICE,
+    DUPLICATE_EFFECT,
+    HALF_STUCK,
+    LOST_AFTER_ACK,
+    RESEND_DUE,
+    RETRIED_THEN_OK,
+    ROLLED_BACK_BUT_DELIVERED,
+    STORED_TWICE,
+)
+
+NO_REMEDY: dict[str, str] = {
+    STORED_TWICE: "nothing to undo on the broker: consumers must be idempotent (the de-dup "
+    "table), and duplicate_effect shows where they were not",
+    DELIVERED_TWICE: "at-least-once delivery by design: consumers must be idempotent",
+    DUPLICATE_EFFECT: "the work was done twice in the consumer's own system: a person "
+    "reverses it there",
+    RETRIED_THEN_OK: "no fault: retried as designed, then consumed",
+    LOST_AFTER_ACK: "repaired from the producer ledger's kept bodies by mq_loss_repair "
+    "(`mqaudit pipeline repair`); the demo's losses are on the master-crash clusters, whose "
+    "lakes and brokers are their own, so the demo does not run it",
+    HALF_STUCK: "the producer's check-back decides; a person commits or rolls back",
+    CHECK_GAVE_UP: "RocketMQ gave up checking: a person decides (the admin command puts the "
+    "message back under checking)",
+    ROLLED_BACK_BUT_DELIVERED: "the consumer acted on a rolled-back message: a person reverses it",
+    COMMITTED_TWICE: "a broker fault: consumers must be idempotent",
+    COMMITTED_NEVER_CONSUMED: "the group must consume it (see its lag)",
+}
+
+
+def _loop(remedy: str, found: int, acted: int, left: int) -> dict[str, Any]:
+    return {
+        "remedy": remedy,
+        "found": found,
+        "acted": acted,
+        "left": left,
+        "closed": acted > 0 and found - left == acted,
+    }
+
+
+def remediation(
+    first: dict[str, Any],
+    after: dict[str, Any],
+    resend: dict[str, Any],
+    replay: dict[str, Any],
+) -> dict[str, Any]:
+    """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`
+    and `replay`: the summaries of mq_retry_resend and of the real mq_dlq_replay."""
+    before = first.get("report", {}).get("summary", {})
+    now = after.get("report", {}).get("summary", {})
+    group = replay.get("request", {}).get("group")
+    loops = {
+        RESEND_DUE: _loop(
+            "mq_retry_resend",
+            int(before.get("resend_candidates") or 0),
+            int(resend.get("counts", {}).get("sent") or 0),
+            int(now.get("resend_candidates") or 0),
+        ),
+        DEAD_LETTERED: _loop(
+            f"mq_dlq_replay of group {group}" if group else "mq_dlq_replay",
+            int(before.get("dead_letters_waiting") or 0),
+            int(replay.get("by_status", {}).get("sent") or 0),
+            int(now.get("dead_letters_waiting") or 0),
+        ),
+    }
+    return {"loops": loops, "no_remedy": dict(NO_REMEDY)}
+
+
+def remediation_lines(r: dict[str, Any]) -> list[str]:
+    """The loop as a person reads it: found -> repaired -> still found."""
+    lines = [
+        "repair loop (found by mq_audit -> acted on by the remedy -> found by mq_audit after):"
+    ]
+    for kind, loop in r["loops"].items():
+        state = "closed" if loop["closed"] else "open"
+        lines.append(
+            f"  {kind:22}{loop['found']:>4} -> {loop['acted']:>4} -> {loop['left']:>4}  "
+            f"({loop['remedy']}; {state})"
+        )
+    lines.append("  no remedy the demo runs: " + ", ".join(r["no_remedy"]))
+    return lines
