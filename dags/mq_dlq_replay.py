@@ -4,6 +4,10 @@ Trigger with the Params below. A dry run (the default) logs the plan and sends n
 A message is never replayed twice unless `force`; a failed run resumes where it stopped
 (run it again, or clear its tasks); every outcome is a row of LAKE/dlq_replay_log.
 Bad parameters fail the first task, before anything is read or sent.
+
+`system` rabbitmq replays RabbitMQ dead letters (from their `x-death`) to the exchange and
+routing keys they died with: `group` is the queue they died in, `topic` the exchange; the
+Variable mqaudit_rabbit_url says where to publish, the producer ledger holds the bodies.
 """
 
 from __future__ import annotations
@@ -12,11 +16,22 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from broker_runtime.common.constants import NAME_PATTERN
 from dags.settings import START, load_settings, send_params, spark_session, write_summary
 
-NAME = f"^{NAME_PATTERN}$"
 TIME = ["null", "integer", "string"]
+# A RocketMQ group, or a RabbitMQ queue of the usual characters (the CLI takes any name);
+# check_params holds a RocketMQ group to the broker's own rule.
+GROUP = r"^[%|a-zA-Z0-9_.:-]{1,255}$"
+
+
+def _target(s: Any, request: Any) -> Any:
+    """Where the replay sends; ValueError when the settings do not say."""
+    if request.system != "rabbitmq":
+        return s.target()
+    target = s.rabbit_target()
+    if target is None:
+        raise ValueError("a RabbitMQ replay needs the Variable mqaudit_rabbit_url")
+    return target
 
 
 @dag(
@@ -28,11 +43,18 @@ TIME = ["null", "integer", "string"]
     tags=["mqaudit", "dlq"],
     doc_md=__doc__,
     params={
-        "group": Param(type="string", pattern=NAME, description="consumer group of the DLQ"),
-        "topic": Param(None, type=["null", "string"], description="only this original topic"),
+        "group": Param(
+            type="string", pattern=GROUP, description="consumer group of the DLQ (RabbitMQ: queue)"
+        ),
+        "topic": Param(
+            None, type=["null", "string"], description="only this original topic (or exchange)"
+        ),
         "from_time": Param(None, type=TIME, description="dead-lettered at/after: ms or ISO"),
         "to_time": Param(None, type=TIME, description="dead-lettered at/before: ms or ISO"),
         **send_params("replayed"),
+        "system": Param(
+            "rocketmq", type="string", enum=["rocketmq", "rabbitmq"], description="whose DLQ"
+        ),
     },
 )
 def mq_dlq_replay() -> None:
@@ -47,8 +69,8 @@ def mq_dlq_replay() -> None:
         ctx = get_current_context()
         try:
             request = parse_request(dict(ctx["params"]))
-            if not request.dry_run:
-                load_settings().target()  # a real replay needs the cluster: say so now
+            if not request.dry_run:  # a real replay needs the broker: say so now
+                _target(load_settings(), request)
         except ValueError as e:
             raise AirflowFailException(str(e)) from None
         replay_id = replay_id_for(ctx["dag"].dag_id, ctx["run_id"])
@@ -62,7 +84,7 @@ def mq_dlq_replay() -> None:
 
         s = load_settings()
         request = ReplayRequest.from_dict(checked["request"])
-        target = None if request.dry_run else s.target()
+        target = None if request.dry_run else _target(s, request)
         return plan_step(
             str(s.lake), request, checked["replay_id"], target=target, spark=spark_session(s)
         )
@@ -82,7 +104,7 @@ def mq_dlq_replay() -> None:
             str(s.lake),
             request,
             checked["replay_id"],
-            s.target(),
+            _target(s, request),
             resume=resume,
             spark=spark_session(s),
         )

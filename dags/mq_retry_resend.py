@@ -74,6 +74,7 @@ def mq_retry_resend() -> None:
             ledger_url=s.ledger_url,
             max_send_count=s.max_send_count,
             report_dir=s.reports / DAG_ID / key,
+            rabbit=s.rabbit_target(),
             spark=spark_session(s),
         )
 

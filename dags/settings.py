@@ -14,6 +14,8 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | mqaudit_ledger_url     | (SQLite in DIR)    | PostgreSQL URL of both ledgers              |
 | mqaudit_rabbit_api     | (none)             | RabbitMQ management API: topology ingested  |
 | mqaudit_rabbit_vhosts  | /                  | its virtual hosts, comma-separated          |
+| mqaudit_rabbit_url     | (none)             | amqp://user:pass@host:port/vhost: where the |
+|                        |                    | resend and a rabbitmq replay publish        |
 | mqaudit_spark_master   | local[2]           | Spark master of in-process jobs             |
 | mqaudit_spark_conf     | {}                 | JSON: more Spark settings (e.g. partitions) |
 | mqaudit_spark_submit   | false              | true: Spark steps run by SparkSubmitOperator|
@@ -50,6 +52,7 @@ DEFAULTS: dict[str, str] = {
     "mqaudit_ledger_url": "",
     "mqaudit_rabbit_api": "",
     "mqaudit_rabbit_vhosts": "/",
+    "mqaudit_rabbit_url": "",
     "mqaudit_spark_master": "local[2]",
     "mqaudit_spark_conf": "{}",
     "mqaudit_spark_submit": "false",
@@ -114,6 +117,7 @@ class Settings:
     half_stuck_ms: int = HALF_STUCK_AFTER_MS
     rabbit_api: str | None = None
     rabbit_vhosts: str = "/"
+    rabbit_url: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
@@ -129,6 +133,14 @@ class Settings:
             )
         return BrokerTarget(self.namesrv, self.access_key, self.secret_key)
 
+    def rabbit_target(self) -> Any:
+        """The RabbitTarget of the remediation jobs (None without mqaudit_rabbit_url)."""
+        from pipeline.remediation.rabbit_sender import RabbitTarget
+
+        if not self.rabbit_url:
+            return None
+        return RabbitTarget(self.rabbit_url, str(self.data_dir), self.ledger_url)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "data_dir": str(self.data_dir),
@@ -140,6 +152,7 @@ class Settings:
             "max_send_count": self.max_send_count,
             "half_stuck_ms": self.half_stuck_ms,
             "rabbit_api": "(set)" if self.rabbit_api else None,
+            "rabbit_url": "(set)" if self.rabbit_url else None,
             "acl": self.access_key is not None,
         }
 
@@ -195,6 +208,7 @@ def load_settings() -> Settings:
         half_stuck_ms=half_stuck_ms,
         rabbit_api=variable("mqaudit_rabbit_api") or None,
         rabbit_vhosts=variable("mqaudit_rabbit_vhosts"),
+        rabbit_url=variable("mqaudit_rabbit_url") or None,
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,

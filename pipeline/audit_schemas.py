@@ -80,17 +80,19 @@ CONSISTENCY = struct_of(
     " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long, system:str"
 )
 
-# One row per stub a resend run acted on (see pipeline.remediation.resend_plan).
+# One row per stub a resend run acted on (see pipeline.remediation.resend_plan); `system`
+# (added later, null: rocketmq) whose stub it is; a RabbitMQ row's `broker` is the vhost.
 RESEND_LOG = struct_of(
     "run_id:str, msg_id:str, topic:str, action:str, reason:str, send_count:int,"
-    " next_resend_at:long, broker:str, queue_id:int, new_offset:long, ts:long"
+    " next_resend_at:long, broker:str, queue_id:int, new_offset:long, ts:long, system:str"
 )
 
 # One row per replay event of the DLQ replay (see pipeline.remediation.replay_plan); the
-# audit reads it to mark dead letters replayed.
+# audit reads it to mark dead letters replayed. Added later: `system` (null: rocketmq); for
+# RabbitMQ `group` is the queue the message died in, `topic` the exchange it goes back to.
 DLQ_REPLAY_LOG = struct_of(
     "replay_id:str, msg_id:str, group:str, topic:str, status:str, reason:str,"
-    " new_offset:long, ts:long"
+    " new_offset:long, ts:long, system:str"
 )
 
 # One row per repair event of a lost_after_ack loss (pipeline.jobs.repair), as the replay

@@ -304,12 +304,14 @@ class ProducerLedger:
 
         Call it with `record_before_send`; the resend job takes a body from here first.
         """
-        if not msgs:
+        self.keep_bodies_of([(StubRecord.of(m).msg_id, m.body) for m in msgs])
+
+    def keep_bodies_of(self, bodies: Sequence[tuple[str, bytes]]) -> None:
+        """`keep_bodies` by (msg_id, body): publishes that are not `Message`s (pika's)."""
+        if not bodies:
             return
         now = self.clock.now_ms()
-        rows = [
-            {"msg_id": StubRecord.of(m).msg_id, "body": m.body, "created_at": now} for m in msgs
-        ]
+        rows = [{"msg_id": msg_id, "body": body, "created_at": now} for msg_id, body in bodies]
         run_tx(self.engine, lambda conn: conn.execute(self._keep_body, rows))
 
     def bodies(self, msg_ids: Sequence[str]) -> dict[str, bytes]:

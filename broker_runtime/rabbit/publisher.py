@@ -4,9 +4,11 @@
 on): `publish(...)` records the stub (UNCONFIRMED), publishes, and on the broker's ack marks
 it CONFIRMED; a nack, a timeout or a lost connection leave it UNCONFIRMED for the resend job;
 a mandatory publish the broker returns unrouted (it acks it afterwards) is CONFIRMED with its
-`return_reason`, the audit's `unroutable`. `AsyncLedgeredPublisher` does the same on the
-channel of a `SelectConnection` or `AsyncioConnection`, from the confirm and return callbacks
-(delivery tags count the channel's publishes, as the broker numbers them).
+`return_reason`, the audit's `unroutable`. With `keep_bodies=True` the body is kept in the
+ledger with the stub, for the resend of an unconfirmed stub and the DLQ replay (the lake
+holds no RabbitMQ bodies). `AsyncLedgeredPublisher` does the same on the channel of a
+`SelectConnection` or `AsyncioConnection`, from the confirm and return callbacks (delivery
+tags count the channel's publishes, as the broker numbers them).
 
 A stub's msg_id is the publish's `message_id` (one is set, in the client id format, when the
 properties have none); `topic` is the exchange, `broker` the virtual host. Ledger writes
@@ -76,13 +78,28 @@ def stub_of(exchange: str, routing_key: str, body: bytes, props: Any) -> StubRec
     )  # fmt: skip
 
 
+def record_stub(ledger: ProducerLedger, stub: StubRecord, body: bytes, keep_body: bool) -> None:
+    """The stub before the publish, and the body with it when kept."""
+    ledger.record_before_send([stub])
+    if keep_body:
+        ledger.keep_bodies_of([(stub.msg_id, body)])
+
+
 class LedgeredPublisher:
     """Publishes on a blocking channel with a stub before and its confirmation after."""
 
-    def __init__(self, channel: Any, ledger: ProducerLedger, *, vhost: str | None = None) -> None:
+    def __init__(
+        self,
+        channel: Any,
+        ledger: ProducerLedger,
+        *,
+        vhost: str | None = None,
+        keep_bodies: bool = False,
+    ) -> None:
         self.channel = channel
         self.ledger = ledger
         self.vhost = vhost if vhost is not None else vhost_of(channel)
+        self.keep_bodies = keep_bodies
         if not getattr(channel, "_delivery_confirmation", False):
             channel.confirm_delivery()
 
@@ -101,7 +118,9 @@ class LedgeredPublisher:
 
         props = with_message_id(properties)
         msg_id = str(props.message_id)
-        self.ledger.record_before_send([stub_of(exchange, routing_key, body, props)])
+        record_stub(
+            self.ledger, stub_of(exchange, routing_key, body, props), body, self.keep_bodies
+        )
         try:
             self.channel.basic_publish(exchange, routing_key, body, props, mandatory=mandatory)
         except UnroutableError as e:
@@ -144,9 +163,11 @@ class AsyncLedgeredPublisher:
         *,
         vhost: str | None = None,
         on_settled: Callable[[str, Published], None] | None = None,
+        keep_bodies: bool = False,
     ) -> None:
         self.channel = channel
         self.ledger = ledger
+        self.keep_bodies = keep_bodies
         self.vhost = vhost if vhost is not None else vhost_of(channel)
         self.on_settled = on_settled
         self._next_tag = 1
@@ -167,7 +188,9 @@ class AsyncLedgeredPublisher:
         """Record the stub, publish; returns the msg_id (the broker answers later)."""
         props = with_message_id(properties)
         msg_id = str(props.message_id)
-        self.ledger.record_before_send([stub_of(exchange, routing_key, body, props)])
+        record_stub(
+            self.ledger, stub_of(exchange, routing_key, body, props), body, self.keep_bodies
+        )
         self.channel.basic_publish(exchange, routing_key, body, props, mandatory=mandatory)
         pending = _Pending(msg_id)
         self._pending[self._next_tag] = pending

@@ -6,6 +6,13 @@ exchange `orders` with a queue per fault and a fanout dead-letter exchange `dlx`
 that dies holding deliveries, a nack with requeue, a publisher that publishes again after a
 lost confirm, a reject without requeue into the DLX, a message TTL into the DLX, a TTL and a
 max-length drop without a DLX, a queue nobody consumes and an unroutable mandatory publish.
+Given `snapshot` (called when the topology is about to be relied on: before and after it
+changes), also a binding removed while publishing: on a direct exchange `events`, queues
+`live` and `copy` take key `e`; messages published before `copy` is unbound had to reach
+both, those after only `live`; `live` is consumed, `copy` never is. The audit judges routing
+under the bindings of the publish's time, so it must find the first ones, and only them,
+never delivered from `copy`; without snapshots of those times it cannot (the scenario is
+left out).
 Publishers and consumers write their ledgers under `data_dir` (LedgeredPublisher,
 ConsumerLog), and the truth is what the audit must find: a list of findings
 `{"kind", "cause", "group", "msg_id"}` (`group` the queue, None for an unroutable publish).
@@ -26,6 +33,7 @@ from broker_runtime.rabbit.consumer import ConsumerLog
 from broker_runtime.rabbit.publisher import LedgeredPublisher, Published
 
 EXCHANGE, DLX, DEAD = "orders", "dlx", "dead"
+EVENTS, LIVE, COPY = "events", "live", "copy"  # the binding removed while publishing
 TTL_MS = 50
 WAIT_S = 30.0
 # queue -> (binding key on `orders`, queue arguments)
@@ -79,13 +87,22 @@ def _wait_empty(ch: Any, queue: str) -> None:
         time.sleep(0.02)
 
 
-def run_rabbit_faults(amqp_url: str, data_dir: Path, seed: int) -> Truth:
+def _after(ms: int) -> None:
+    """Wait for the clock to pass `ms` (a snapshot must be later than what came before)."""
+    while time.time_ns() // 1_000_000 <= ms:
+        time.sleep(0.001)
+
+
+def run_rabbit_faults(
+    amqp_url: str, data_dir: Path, seed: int, snapshot: Callable[[], None] | None = None
+) -> Truth:
     """Make the faults (see module doc); returns the truth."""
     import pika
 
     rng = random.Random(seed)
     n = {k: rng.randint(1, 3) for k in ("crash", "requeue", "republish", "reject", "ttl_dead",
-                                         "expire", "drop", "idle", "unroutable")}  # fmt: skip
+                                         "expire", "drop", "idle", "unroutable",
+                                         "rebind")}  # fmt: skip
     producer, consumer = ProducerLedger.open(data_dir), ConsumerLedger.open(data_dir)
     params = pika.URLParameters(amqp_url)
     conn = pika.BlockingConnection(params)
@@ -171,9 +188,42 @@ def run_rabbit_faults(amqp_url: str, data_dir: Path, seed: int) -> Truth:
         truth += [_fact(f.DROPPED_MAXLEN, f.MAX_LENGTH, "tiny", m) for m in dropped]
         truth += [_fact(f.NEVER_DELIVERED, f.NOT_CONSUMED, "idle", m) for m in waiting]
         truth += [_fact(f.UNROUTABLE, f.NO_ROUTE, None, m) for m in unroutable]
+        if snapshot is not None:
+            truth += _binding_removed(ch, pub, log, ids("rebind"), snapshot)
         return truth
     finally:
         if conn.is_open:
             conn.close()
         producer.close()
         consumer.close()
+
+
+def _binding_removed(
+    ch: Any, pub: LedgeredPublisher, log: ConsumerLog, ids: list[str], snapshot: Callable[[], None]
+) -> Truth:
+    """`copy` unbound from `events` between two batches of publishes (see module doc)."""
+    import pika
+
+    ch.exchange_declare(EVENTS, "direct")
+    for q in (LIVE, COPY):
+        ch.queue_declare(q)
+        ch.queue_bind(q, EVENTS, "e")
+    snapshot()
+
+    def send(msg_id: str) -> None:
+        what = pub.publish(EVENTS, "e", msg_id.encode(), pika.BasicProperties(message_id=msg_id))
+        if what[1] is not Published.CONFIRMED:
+            raise RuntimeError(f"{msg_id}: {what[1]}")
+
+    before = [f"{m}-a" for m in ids]
+    for m in before:
+        send(m)
+    sent_ms = time.time_ns() // 1_000_000
+    ch.queue_unbind(COPY, EVENTS, "e")
+    _after(sent_ms)
+    snapshot()
+    after = [f"{m}-b" for m in ids]
+    for m in after:
+        send(m)
+    _consume(log.attach(ch), LIVE, len(before) + len(after), _ack)
+    return [_fact(f.NEVER_DELIVERED, f.NOT_CONSUMED, COPY, m) for m in before]

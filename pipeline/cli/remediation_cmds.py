@@ -49,10 +49,27 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     )
     replay.add_argument("--lake", type=Path, required=True)
     _add_cluster(replay, required=False)
-    replay.add_argument("--group", required=True, help="the consumer group whose DLQ to replay")
-    replay.add_argument("--topic", default=None, help="only messages first sent to this topic")
+    replay.add_argument(
+        "--group",
+        required=True,
+        help="the consumer group whose DLQ to replay (RabbitMQ: the queue the messages died in)",
+    )
+    replay.add_argument(
+        "--topic",
+        default=None,
+        help="only messages first sent to this topic (RabbitMQ: published to this exchange)",
+    )
     replay.add_argument("--from", dest="from_time", default=None, help="epoch ms or ISO 8601")
     replay.add_argument("--to", dest="to_time", default=None, help="epoch ms or ISO 8601")
+    replay.add_argument(
+        "--system",
+        choices=["rocketmq", "rabbitmq"],
+        default="rocketmq",
+        help="rabbitmq: replay RabbitMQ dead letters (from their x-death) with --rabbit-url, "
+        "the bodies the producer kept in its ledger (--data-dir or --ledger-url)",
+    )
+    replay.add_argument("--rabbit-url", default=None, help="amqp://user:pass@host:port/vhost")
+    replay.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     _add_sends(replay, "replay")
     replay.set_defaults(func=cmd_replay)
 
@@ -88,6 +105,9 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     resend.add_argument("--secret-key", default=None)
     resend.add_argument("--as-of", default="now", help="due time: epoch ms, ISO 8601 or now")
     resend.add_argument("--max-send-count", type=int, default=DEFAULT_MAX_SEND_COUNT)
+    resend.add_argument(
+        "--rabbit-url", default=None, help="amqp://...: where RabbitMQ stubs are published again"
+    )
     resend.add_argument("--report-dir", type=Path, default=None, help="manual_handling.csv/json")
     resend.add_argument("--run-id", default=None, help="default: a new one")
     resend.add_argument("--spark-master", default=DEFAULT_MASTER)
@@ -105,6 +125,17 @@ def _target(args: argparse.Namespace) -> Any:
     return BrokerTarget(namesrv, args.access_key, args.secret_key)
 
 
+def _replay_target(args: argparse.Namespace, system: str) -> Any:
+    if system != "rabbitmq":
+        return _target(args)
+    from pipeline.remediation.rabbit_sender import RabbitTarget
+
+    if args.rabbit_url is None:
+        return None
+    data_dir = str(args.data_dir) if args.data_dir else None
+    return RabbitTarget(args.rabbit_url, data_dir, args.ledger_url)
+
+
 def cmd_resend(args: argparse.Namespace) -> int:
     from broker_runtime.common.clock import parse_time_ms
 
@@ -112,6 +143,7 @@ def cmd_resend(args: argparse.Namespace) -> int:
     if args.max_send_count < 1:
         raise ValueError(f"--max-send-count must be >= 1, got {args.max_send_count}")
     from pipeline.jobs.resend import run_resend  # Spark loads only when a job runs
+    from pipeline.remediation.rabbit_sender import RabbitTarget
 
     target = None
     if args.namesrv or (args.data_dir / "cluster.json").is_file():
@@ -125,6 +157,9 @@ def cmd_resend(args: argparse.Namespace) -> int:
         ledger_url=args.ledger_url,
         max_send_count=args.max_send_count,
         report_dir=args.report_dir,
+        rabbit=RabbitTarget(args.rabbit_url, str(args.data_dir), args.ledger_url)
+        if args.rabbit_url
+        else None,
         master=args.spark_master,
         progress=not args.quiet,
     )
@@ -148,12 +183,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "messages_per_second",
                 "dry_run",
                 "force",
+                "system",
             )
         }
     )
-    target = _target(args)
+    target = _replay_target(args, request.system)
     if target is None and not request.dry_run:
-        raise ValueError("a real replay needs --namesrv or --data-dir")
+        raise ValueError(
+            "a real replay needs --rabbit-url"
+            if request.system == "rabbitmq"
+            else "a real replay needs --namesrv or --data-dir"
+        )
     from pipeline.jobs.replay import run_replay  # Spark loads only when a job runs
 
     replay_id = args.replay_id or f"replay-{uuid.uuid4().hex[:16]}"

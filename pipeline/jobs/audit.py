@@ -47,7 +47,7 @@ from pipeline.transforms.rabbit import (
     rabbit_duplicates,
     rabbit_losses,
 )
-from pipeline.transforms.resend import manual_handling, resend_candidates
+from pipeline.transforms.resend import by_system, manual_handling, resend_candidates
 from pipeline.transforms.transaction_audit import audit_transactions
 
 
@@ -116,6 +116,14 @@ def default_as_of(inputs: _Inputs) -> int:
     raise ValueError("the lake has no ingested data to audit (pass an explicit as-of time)")
 
 
+def _replay_log(io: DeltaIO, lake: str) -> DataFrame:
+    """The replay log; one written before `system` gains it first (null: rocketmq), once."""
+    path = DLQ_REPLAY_LOG.path(lake)
+    if table_exists(path):
+        io.ensure_table(path, DLQ_REPLAY_LOG.schema)
+    return io.read(path, DLQ_REPLAY_LOG.schema)
+
+
 def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     def read(name: str, schema: Any) -> DataFrame:
         return io.read(table_path(lake, name), schema)
@@ -138,7 +146,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         log=not_rabbitmq(log),
         quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
         checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
-        replay_log=read(DLQ_REPLAY_LOG.name, DLQ_REPLAY_LOG.schema),
+        replay_log=_replay_log(io, lake),
         ledger_stubs=stubs,
         ledger_log=log,
         rabbit_routes=routes.persist(keep),
@@ -179,10 +187,14 @@ def audit_tables(
         ),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
         "audit_dead_letters": audit_dead_letters(
-            i.messages, i.log, i.replay_log, as_of_ms
-        ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms)),
-        "resend_candidates": resend_candidates(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
-        "manual_handling": manual_handling(i.stubs, i.log, thresholds.max_send_count, as_of_ms),
+            i.messages, i.log, not_rabbitmq(i.replay_log), as_of_ms
+        ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms, i.replay_log)),
+        "resend_candidates": by_system(
+            resend_candidates, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
+        ),
+        "manual_handling": by_system(
+            manual_handling, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
+        ),
         "consistency": audit_consistency(
             i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
         ),

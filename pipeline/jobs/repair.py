@@ -51,8 +51,8 @@ from pipeline.remediation.replay_plan import (
 from pipeline.remediation.replay_request import RepairRequest
 from pipeline.remediation.resend_bodies import Body, find_bodies
 from pipeline.remediation.resend_plan import Candidate, resend_message
-from pipeline.remediation.sender import BrokerClient, BrokerTarget
-from pipeline.remediation.sends import Stored, reconcile, send_all
+from pipeline.remediation.sender import BrokerClient, BrokerTarget, Stored
+from pipeline.remediation.sends import reconcile, send_all
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 REPAIR_ID_PROPERTY = "MQAUDIT_REPAIR_ID"

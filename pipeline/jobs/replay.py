@@ -5,6 +5,8 @@ Three steps, run by the replay DAG as tasks or by `mqaudit pipeline replay` in o
 log the plan), `send_step` (send what the plan still has pending at the asked rate, log each
 outcome; on resume settle this replay's own unknown outcomes first) and `replay_summary`.
 Every event lands in the Delta table `dlq_replay_log` (see pipeline.remediation.replay_plan).
+A request of `system` rabbitmq replays RabbitMQ dead letters (pipeline.jobs.rabbit_replay)
+through the same plan and send loop, to a `RabbitTarget`.
 Runnable as `python -m pipeline.jobs.replay ...` (spark-submit) with the CLI's options.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,8 +23,10 @@ from pyspark.sql import functions as F
 from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
+from pipeline.jobs import rabbit_replay
 from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
+from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.replay_plan import (
     REPLAY_ID_PROPERTY,
     DeadLetter,
@@ -35,9 +39,12 @@ from pipeline.remediation.replay_plan import (
     where_they_stand,
 )
 from pipeline.remediation.replay_request import ReplayRequest
-from pipeline.remediation.sender import BrokerClient, BrokerTarget
-from pipeline.remediation.sends import Stored, reconcile, send_all
+from pipeline.remediation.sender import BrokerClient, BrokerTarget, Stored
+from pipeline.remediation.sends import Row, reconcile, send_all
 from pipeline.spark_session import apply_sql_conf, build_spark
+
+Target: TypeAlias = BrokerTarget | RabbitTarget
+RABBITMQ = "rabbitmq"
 
 
 def _now_ms() -> int:
@@ -89,9 +96,32 @@ def dead_letters_df(
     )
 
 
-def read_log(io: DeltaIO, lake: str, group: str) -> list[LogEntry]:
+def read_log(io: DeltaIO, lake: str, group: str, system: str = "rocketmq") -> list[LogEntry]:
     df = io.read(DLQ_REPLAY_LOG.path(lake), DLQ_REPLAY_LOG.schema)
-    return [LogEntry.of(r.asDict()) for r in df.filter(F.col("group") == group).collect()]
+    mine = (F.col("group") == group) & (F.coalesce(F.col("system"), F.lit("rocketmq")) == system)
+    return [LogEntry.of(r.asDict()) for r in df.filter(mine).collect()]
+
+
+def _client(request: ReplayRequest, target: Target) -> BrokerClient | RabbitClient:
+    """A client of the request's system, to use as a context manager."""
+    if isinstance(target, RabbitTarget) != (request.system == RABBITMQ):
+        raise ValueError(f"a {request.system} replay cannot send to {type(target).__name__}")
+    if isinstance(target, RabbitTarget):
+        return RabbitClient(target.url)
+    return BrokerClient(target, retry_times=0)
+
+
+def _letters(io: DeltaIO, lake: str, request: ReplayRequest) -> list[DeadLetter]:
+    """The dead letters the request matches, oldest first."""
+    if request.system == RABBITMQ:
+        rows = rabbit_replay.dead_letters_df(io, lake, request).collect()
+    else:
+        rows = dead_letters_df(io, lake, request).collect()
+    letters = (
+        DeadLetter(r["msg_id"], request.group, r["topic"], r["dlq_msg_id"], r["store_ts"])
+        for r in rows
+    )
+    return sorted(letters, key=lambda d: (d.store_ts, d.msg_id))
 
 
 def _outcome_log(spark: SparkSession, io: DeltaIO, lake: str) -> OutcomeLog:
@@ -108,7 +138,7 @@ def plan_step(
     request: ReplayRequest,
     replay_id: str,
     *,
-    target: BrokerTarget | None = None,
+    target: Target | None = None,
     spark: SparkSession | None = None,
     master: str | None = None,
     progress: bool = True,
@@ -118,16 +148,9 @@ def plan_step(
     spark = _session(spark, master)
     io = DeltaIO(spark)
     reporter("replay", progress)(f"{replay_id}: {request.describe()}")
-    rows = dead_letters_df(io, lake, request).collect()
-    letters = sorted(
-        (
-            DeadLetter(r["msg_id"], request.group, r["topic"], r["dlq_msg_id"], r["store_ts"])
-            for r in rows
-        ),
-        key=lambda d: (d.store_ts, d.msg_id),
-    )
+    letters = _letters(io, lake, request)
     reporter("replay", progress)(f"{len(letters)} dead letter(s) of {request.group} match")
-    entries = read_log(io, lake, request.group)
+    entries = read_log(io, lake, request.group, request.system)
     keys = {d.msg_id for d in letters}
     doubt = [e for e in in_doubt(entries, exclude_replay=replay_id) if e.msg_id in keys]
     settled: dict[str, int] = {}
@@ -136,11 +159,12 @@ def plan_step(
             reporter("replay", progress)(
                 f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker"
             )
-            with BrokerClient(target) as client:
-                settled = reconcile(doubt, client, log, _entry, REPLAY_ID_PROPERTY)
-            entries = read_log(io, lake, request.group)
+            with _client(request, target) as client:
+                row = _entry(request.system)
+                settled = reconcile(doubt, client, log, row, REPLAY_ID_PROPERTY)
+            entries = read_log(io, lake, request.group, request.system)
         plan = plan_replay(replay_id, request, letters, entries, _now_ms())
-        log.extend([e.as_row() for e in plan.rows])
+        log.extend([{**e.as_row(), "system": request.system} for e in plan.rows])
     summary = {**plan.summary(), "matched": len(letters), "settled": settled}
     reporter("replay", progress)(
         f"plan: {summary['planned']} to send, {summary['skipped']} skipped "
@@ -153,7 +177,7 @@ def send_step(
     lake: str,
     request: ReplayRequest,
     replay_id: str,
-    target: BrokerTarget,
+    target: Target,
     *,
     resume: bool = False,
     spark: SparkSession | None = None,
@@ -168,44 +192,72 @@ def send_step(
     spark = _session(spark, master)
     io = DeltaIO(spark)
     counts = {"sent": 0, "failed": 0, "refused": 0}
-    with _outcome_log(spark, io, lake) as log, BrokerClient(target, retry_times=0) as client:
-        entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
+    row = _entry(request.system)
+    with _outcome_log(spark, io, lake) as log, _client(request, target) as client:
+        entries = _mine(io, lake, request, replay_id)
         if resume:
             own = in_doubt(entries)
             if own:
                 reporter("replay", progress)(
                     f"resuming: settling {len(own)} unknown outcome(s) on the broker"
                 )
-                reconcile(own, client, log, _entry, REPLAY_ID_PROPERTY)
-                entries = [e for e in read_log(io, lake, request.group) if e.replay_id == replay_id]
+                reconcile(own, client, log, row, REPLAY_ID_PROPERTY)
+                entries = _mine(io, lake, request, replay_id)
         todo = pending(replay_id, entries)
         reporter("replay", progress)(
             f"{replay_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s"
         )
         if todo:
-            topics = {e.msg_id: e.topic for e in todo if e.topic is not None}
-            found = dead_letters_df(io, lake, request, [e.msg_id for e in todo], with_body=True)
-            messages = {
-                r["msg_id"]: replay_message(
-                    topics[r["msg_id"]], bytes(r["body"]), r["properties"] or {}, r["msg_id"],
-                    replay_id, r["dlq_msg_id"],
-                )
-                for r in found.collect()
-                if r["msg_id"] in topics
-            }  # fmt: skip
+            messages = _messages(io, lake, request, replay_id, todo, target)
             counts = send_all(
-                todo, messages, client, log, _entry, rate=request.messages_per_second,
-                missing="the dead letter is no longer in the lake", step="replay",
-                progress=progress,
+                todo, messages, client, log, row, rate=request.messages_per_second,
+                missing=_MISSING[request.system], step="replay", progress=progress,
             )  # fmt: skip
     return {"replay_id": replay_id, "dry_run": False, **counts}
 
 
-def _entry(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
-    offset = stored[2] if stored is not None else None
-    return LogEntry(
-        e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms()
-    ).as_row()
+_MISSING = {
+    "rocketmq": "the dead letter is no longer in the lake",
+    RABBITMQ: "no kept body whose sha256 is the stub's (or the dead letter is no longer in the "
+    "lake): the producer must keep bodies (LedgeredPublisher(keep_bodies=True))",
+}
+
+
+def _mine(io: DeltaIO, lake: str, request: ReplayRequest, replay_id: str) -> list[LogEntry]:
+    return [
+        e for e in read_log(io, lake, request.group, request.system) if e.replay_id == replay_id
+    ]
+
+
+def _messages(
+    io: DeltaIO, lake: str, request: ReplayRequest, replay_id: str, todo: Sequence[LogEntry],
+    target: Target,
+) -> dict[str, Any]:  # fmt: skip
+    """What to send for each pending entry that can be sent, by msg_id."""
+    ids = [e.msg_id for e in todo]
+    if isinstance(target, RabbitTarget):
+        return rabbit_replay.replay_messages(io, lake, request, replay_id, ids, target)
+    topics = {e.msg_id: e.topic for e in todo if e.topic is not None}
+    found = dead_letters_df(io, lake, request, ids, with_body=True)
+    return {
+        r["msg_id"]: replay_message(
+            topics[r["msg_id"]], bytes(r["body"]), r["properties"] or {}, r["msg_id"],
+            replay_id, r["dlq_msg_id"],
+        )
+        for r in found.collect()
+        if r["msg_id"] in topics
+    }  # fmt: skip
+
+
+def _entry(system: str) -> Row:
+    """The log row of an outcome of a replay of `system`."""
+
+    def row(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
+        offset = stored[2] if stored is not None else None
+        entry = LogEntry(e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms())
+        return {**entry.as_row(), "system": system}
+
+    return row
 
 
 def replay_summary(
@@ -213,7 +265,7 @@ def replay_summary(
 ) -> dict[str, Any]:
     """Where every message of the replay stands (its latest log row), with a few examples."""
     io = DeltaIO(_session(spark, None))
-    mine = (e for e in read_log(io, lake, request.group) if e.replay_id == replay_id)
+    mine = _mine(io, lake, request, replay_id)
     return {"replay_id": replay_id, "request": request.to_dict(), **where_they_stand(mine)}
 
 
@@ -221,7 +273,7 @@ def run_replay(
     lake: str,
     request: ReplayRequest,
     replay_id: str,
-    target: BrokerTarget | None,
+    target: Target | None,
     *,
     spark: SparkSession | None = None,
     master: str | None = None,
@@ -230,7 +282,7 @@ def run_replay(
     """Plan, send (unless a dry run) and sum up one replay; a replay id seen before resumes."""
     spark = _session(spark, master)
     if target is None and not request.dry_run:
-        raise ValueError("a real replay needs the cluster's name servers")
+        raise ValueError("a real replay needs the cluster's name servers (RabbitMQ: its URL)")
     plan = plan_step(lake, request, replay_id, target=target, spark=spark, progress=progress)
     sent: dict[str, Any] = {"dry_run": True}
     if not request.dry_run and target is not None:

@@ -7,6 +7,11 @@ cannot hide an attempt), sends it through the producer client with its UNIQ_KEY 
 acknowledged, confirms the stub at its new offset. Stubs at the max send count, and messages
 whose body is nowhere, are voided and listed for a person (a CSV and JSON report). Every
 action is a row of the Delta table `resend_log`. Runnable as `python -m pipeline.jobs.resend`.
+
+RabbitMQ stubs (`system` rabbitmq) go the same way to a `RabbitTarget`: published again to
+the stub's exchange and routing key with its headers, its `message_id` and a run-id header
+(`MQAUDIT_RESEND_RUN`), mandatory, confirms on; confirmed, the stub is CONFIRMED (no offset:
+a queue has none). A returned or nacked publish is a failure, backed off like any other.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import RESEND_LOG, table_path
 from pipeline.readers.layout import ledger_sources
 from pipeline.remediation.outcome_log import OutcomeLog
+from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.reasons import failure_reason
 from pipeline.remediation.resend_bodies import Body, find_bodies
 from pipeline.remediation.resend_plan import (
@@ -46,14 +52,15 @@ from pipeline.remediation.resend_plan import (
     Decision,
     plan_resend,
     resend_message,
+    resend_rabbit_message,
 )
-from pipeline.remediation.sender import BrokerClient, BrokerTarget
+from pipeline.remediation.sender import BrokerClient, BrokerTarget, Stored
 from pipeline.schemas import struct_of
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 CANDIDATES = "resend_candidates"
 CANDIDATE_COLUMNS = struct_of(
-    "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, send_count:int"
+    "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, send_count:int, system:str"
 )
 MANUAL = "manual_handling"
 
@@ -113,7 +120,7 @@ class _Run:
         self.manual: list[dict[str, Any]] = []
 
     def record(
-        self, c: Candidate, action: Action, reason: str, where: tuple[str, int, int] | None = None
+        self, c: Candidate, action: Action, reason: str, where: Stored | None = None
     ) -> None:
         stub = self.ledger.get(c.msg_id) or {}
         broker, queue_id, offset = where if where is not None else (None, None, None)
@@ -130,6 +137,7 @@ class _Run:
                 "queue_id": queue_id,
                 "new_offset": offset,
                 "ts": _now_ms(),
+                "system": c.system or "rocketmq",
             }
         )
         self.counts[action.value] += 1
@@ -146,14 +154,25 @@ class _Run:
         for d in decisions:
             self.record(d.candidate, Action.MANUAL, d.reason)
 
-    def resend(self, c: Candidate, body: Body, client: BrokerClient) -> None:
+    def resend(
+        self,
+        c: Candidate,
+        body: Body,
+        client: BrokerClient | RabbitClient,
+        stub: dict[str, Any] | None = None,
+    ) -> None:
+        """Send `c` once more (`stub`: its live row, for a RabbitMQ stub's key and headers)."""
         try:
             count = self.ledger.mark_resent([c.msg_id])[c.msg_id]
         except StubError as e:  # voided or removed since the check a moment ago
             self.record(c, Action.SKIPPED, str(e))
             return
         try:
-            result = client.send(resend_message(c, body.data, body.properties))
+            if isinstance(client, RabbitClient):
+                msg: Any = resend_rabbit_message(c, stub or {}, body.data, self.run_id)
+            else:
+                msg = resend_message(c, body.data, body.properties)
+            _, where = client.deliver(msg)
         except (MQClientError, RemotingError) as e:
             reason = f"{failure_reason(e)} (body from {body.source})"
             if count >= self.max_send_count:
@@ -163,7 +182,6 @@ class _Run:
             else:
                 self.record(c, Action.FAILED, reason)
             return
-        where = (result.mq.broker, result.mq.queue_id, result.queue_offset)
         self.ledger.confirm([Confirmation(c.msg_id, *where)])
         self.record(c, Action.SENT, f"send {count} acknowledged (body from {body.source})", where)
 
@@ -204,11 +222,13 @@ def run_resend(
     max_send_count: int = DEFAULT_MAX_SEND_COUNT,
     backoff: ResendBackoff | None = None,
     report_dir: Path | None = None,
+    rabbit: RabbitTarget | None = None,
     spark: SparkSession | None = None,
     master: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Resend the due candidates of the last audit as of `as_of_ms`; returns a summary."""
+    """Resend the due candidates of the last audit as of `as_of_ms`; returns a summary.
+    `target` sends RocketMQ stubs, `rabbit` RabbitMQ ones."""
     if max_send_count < 1:
         raise ValueError(f"max_send_count must be >= 1, got {max_send_count}")
     spark = spark or build_spark("mqaudit-resend", master)
@@ -228,8 +248,9 @@ def run_resend(
     ledger = ProducerLedger(open_ledger(None, "producer", sources.message_stub), backoff=backoff)
     try:
         ids = [c.msg_id for c in [*candidates, *manual]]
+        stubs = live_stubs(ledger.engine, ids)
         plan = plan_resend(
-            candidates, manual, live_stubs(ledger.engine, ids),
+            candidates, manual, stubs,
             _consumed(sources.message_log, ids), max_send_count, as_of_ms,
         )  # fmt: skip
         bodies = find_bodies(plan.to_send, ledger, io, lake) if plan.to_send else {}
@@ -253,12 +274,20 @@ def run_resend(
             ]
             run.hand_over([*plan.manual, *nobody])
             sendable = [c for c in plan.to_send if c.msg_id in bodies]
-            if sendable:
-                if target is None:
-                    raise ValueError("resend candidates are due but no name server is known")
+            rabbit_due = [c for c in sendable if c.rabbitmq]
+            rocket_due = [c for c in sendable if not c.rabbitmq]
+            if rocket_due and target is None:
+                raise ValueError("resend candidates are due but no name server is known")
+            if rabbit_due and rabbit is None:
+                raise ValueError("RabbitMQ resend candidates are due but no RabbitMQ URL is known")
+            if rocket_due and target is not None:
                 with BrokerClient(target, group="mqaudit-resend") as client:
-                    for c in sendable:
-                        run.resend(c, bodies[c.msg_id], client)
+                    for c in rocket_due:
+                        run.resend(c, bodies[c.msg_id], client, stubs[c.msg_id])
+            if rabbit_due and rabbit is not None:
+                with RabbitClient(rabbit.url) as rabbit_client:
+                    for c in rabbit_due:
+                        run.resend(c, bodies[c.msg_id], rabbit_client, stubs[c.msg_id])
     finally:
         ledger.close()
     summary["counts"] = run.counts

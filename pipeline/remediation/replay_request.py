@@ -22,6 +22,8 @@ from broker_runtime.common.topics import (
 )
 
 MAX_MESSAGES_LIMIT = 100_000
+SYSTEMS = ("rocketmq", "rabbitmq")
+RABBIT_NAME_MAX = 255  # bytes: AMQP's short string, the longest queue or exchange name
 MAX_RATE = 10_000.0
 
 # Param name -> default; the replay DAG declares the same names.
@@ -35,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "messages_per_second": 50.0,
     "dry_run": True,
     "force": False,
+    "system": "rocketmq",
 }
 
 
@@ -59,6 +62,10 @@ class ReplayRequest:
     messages_per_second: float = DEFAULTS["messages_per_second"]
     dry_run: bool = True
     force: bool = False
+    # rabbitmq: `group` is the queue the messages died in, `topic` the exchange they were
+    # published to (as the audit's dead_lettered rows say), the times when a consumer of the
+    # dead-letter queue logged them.
+    system: str = "rocketmq"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (an XCom value); `from_dict` reads it back."""
@@ -71,9 +78,10 @@ class ReplayRequest:
         return cls(**{**data, "msg_ids": tuple(data.get("msg_ids") or ())})
 
     def describe(self) -> str:
-        parts = [f"group {self.group}"]
-        if self.topic:
-            parts.append(f"topic {self.topic}")
+        rabbit = self.system == "rabbitmq"
+        parts = [f"{'RabbitMQ queue' if rabbit else 'group'} {self.group}"]
+        if self.topic is not None:
+            parts.append(f"{'exchange' if rabbit else 'topic'} {self.topic!r}")
         if self.from_ms is not None or self.to_ms is not None:
             parts.append(f"stored in [{self.from_ms}, {self.to_ms}] ms")
         if self.msg_ids:
@@ -150,12 +158,33 @@ def _msg_ids(value: object, problems: list[str]) -> tuple[str, ...]:
     return ids
 
 
+def _rabbit_name(name: str, value: object, problems: list[str], *, required: bool) -> str | None:
+    """A RabbitMQ queue (required) or exchange name ("" is the default exchange)."""
+    if value is None or (required and value == ""):
+        if required:
+            problems.append(f"{name}: required (the RabbitMQ queue the messages died in)")
+        return None
+    if not isinstance(value, str):
+        problems.append(f"{name}: a string, got {type(value).__name__}")
+        return None
+    if len(value.encode()) > RABBIT_NAME_MAX:
+        problems.append(f"{name}: at most {RABBIT_NAME_MAX} bytes, got {len(value.encode())}")
+    return value
+
+
 def parse_request(params: Mapping[str, object]) -> ReplayRequest:
     """Check `params` (the DAG's Params or the CLI's options); ReplayParamError if bad."""
     problems: list[str] = []
     p = _with_defaults(params, DEFAULTS, problems)
-    group = _group(p["group"], problems)
-    topic = _topic(p["topic"], problems)
+    system = p["system"] if p["system"] is not None else DEFAULTS["system"]
+    if system not in SYSTEMS:
+        problems.append(f"system: one of {list(SYSTEMS)}, got {system!r}")
+    if system == "rabbitmq":
+        group = _rabbit_name("group", p["group"], problems, required=True) or ""
+        topic = _rabbit_name("topic", p["topic"], problems, required=False)
+    else:
+        group = _group(p["group"], problems)
+        topic = _topic(p["topic"], problems)
     from_ms = _time("from_time", p["from_time"], problems)
     to_ms = _time("to_time", p["to_time"], problems)
     msg_ids = _msg_ids(p["msg_ids"], problems)
@@ -184,6 +213,7 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
         messages_per_second=rate,
         dry_run=bool(p["dry_run"]),
         force=bool(p["force"]),
+        system=str(system),
     )
 
 

@@ -19,7 +19,10 @@ from typing import Any
 
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
 from broker_runtime.ledger.schema import StubStatus
+from pipeline.remediation.rabbit_sender import RabbitMessage, headers_of
 from pipeline.remediation.replay_plan import BROKER_PROPERTIES
+
+RESEND_RUN_PROPERTY = "MQAUDIT_RESEND_RUN"  # a RabbitMQ resend's run id, a header
 
 
 class Action(StrEnum):
@@ -39,6 +42,7 @@ class Candidate:
     keys: str | None
     body_hash: str
     send_count: int
+    system: str | None = None  # rocketmq (None: a table written before `system`) or rabbitmq
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Candidate:
@@ -49,7 +53,12 @@ class Candidate:
             row["keys"],
             row["body_hash"],
             int(row["send_count"]),
+            row.get("system"),
         )
+
+    @property
+    def rabbitmq(self) -> bool:
+        return self.system == "rabbitmq"
 
 
 @dataclass(frozen=True)
@@ -131,3 +140,12 @@ def resend_message(c: Candidate, body: bytes, properties: Mapping[str, str] | No
     if c.keys:
         props[KEYS] = c.keys
     return Message(topic=c.topic, body=body, properties=props)
+
+
+def resend_rabbit_message(
+    c: Candidate, stub: Mapping[str, Any], body: bytes, run_id: str
+) -> RabbitMessage:
+    """A RabbitMQ stub published again: its exchange, routing key, headers and message_id,
+    plus the run's id."""
+    headers = {**headers_of(stub.get("headers")), RESEND_RUN_PROPERTY: run_id}
+    return RabbitMessage(c.topic, stub.get("routing_key") or "", body, c.msg_id, headers)

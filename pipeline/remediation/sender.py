@@ -17,6 +17,8 @@ from broker_runtime.remoting.connection import RemotingError
 
 DEFAULT_GROUP = "mqaudit-remediation"
 
+Stored = tuple[str, int | None, int | None]  # broker (a RabbitMQ virtual host), queue id, offset
+
 
 @dataclass(frozen=True)
 class BrokerTarget:
@@ -66,8 +68,27 @@ class BrokerClient:
                     self._admin_loop.run(admin.__aexit__(None, None, None))
                 self._admin_loop.stop()
 
+    # What `reconcile` logs for an in-doubt send the brokers' key index does not hold.
+    not_found = "not stored (checked after an interrupted run)"
+
     def send(self, msg: Message) -> SendResult:
         return self.producer.send(msg)
+
+    def deliver(self, msg: Message) -> tuple[str, Stored]:
+        """Send once (`send`); (where it went, in words; where the broker stored it)."""
+        result = self.send(msg)
+        where = f"stored on {result.mq.broker} queue {result.mq.queue_id} ({result.status.value})"
+        return where, (result.mq.broker, result.mq.queue_id, result.queue_offset)
+
+    def locate(
+        self, topic: str, msg_id: str, run_id: str, run_property: str
+    ) -> tuple[str, Stored] | None:
+        """Where a send of run `run_id` (its `run_property`) of `msg_id` was stored, if it was."""
+        found = self.find(topic, msg_id, lambda m: m.properties.get(run_property) == run_id)
+        if found is None:
+            return None
+        where = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
+        return where, (found.broker, found.queue_id, found.queue_offset)
 
     def find(
         self, topic: str, msg_id: str, match: Callable[[ReceivedMessage], bool]

@@ -2,7 +2,9 @@
 outcome logged, and settling unknown outcomes on the broker.
 
 A run's messages carry its id in a property (`run_property`), so that a message an
-interrupted run sent without logging it is found on the broker by UNIQ_KEY and that id.
+interrupted run sent without logging it is found on the broker by UNIQ_KEY and that id
+(RocketMQ). A RabbitMQ queue cannot be searched without consuming it: see
+`pipeline.remediation.rabbit_sender` for what reconciling means there.
 `row` turns a log entry, its new status, the reason and where the broker stored the message
 into a row of the run kind's outcome table.
 """
@@ -11,20 +13,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from broker_runtime.client.model import MQClientError, ReceivedMessage
-from broker_runtime.common.message import Message
+from broker_runtime.client.model import MQClientError
 from broker_runtime.common.progress import reporter
 from broker_runtime.remoting.connection import RemotingError
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.reasons import failure_reason, outcome_unknown
 from pipeline.remediation.replay_plan import LogEntry, Status
-from pipeline.remediation.sender import BrokerClient, Pacer
+from pipeline.remediation.sender import Pacer, Stored
 
 MAX_UNKNOWN_IN_A_ROW = 5  # sends of unknown outcome in a row: the broker is away, stop
 
-Stored = tuple[str, int, int]  # broker, queue id, queue offset
 Row = Callable[[LogEntry, Status, str, Stored | None], dict[str, object]]
+
+
+class Sender(Protocol):
+    """What the send loop needs of a broker's client: `BrokerClient` (RocketMQ, the product's
+    cluster) or `RabbitClient` (RabbitMQ). `deliver` raises MQClientError (MQBrokerError when
+    the broker refused) or RemotingError; `locate` finds a send of a run on the broker, and
+    `not_found` is what is logged for an in-doubt send it does not find."""
+
+    not_found: str
+
+    def deliver(self, msg: Any) -> tuple[str, Stored]: ...
+
+    def locate(
+        self, topic: str, msg_id: str, run_id: str, run_property: str
+    ) -> tuple[str, Stored] | None: ...
 
 
 class SendInterrupted(RuntimeError):
@@ -33,29 +49,23 @@ class SendInterrupted(RuntimeError):
 
 def reconcile(
     entries: Sequence[LogEntry],
-    client: BrokerClient,
+    client: Sender,
     log: OutcomeLog,
     row: Row,
     run_property: str,
 ) -> dict[str, int]:
-    """Look each in-doubt entry up on the broker (UNIQ_KEY + the entry's run id) and log
-    what is true: `sent` with its offset, or `failed` as not stored."""
+    """Look each in-doubt entry up on the broker (its msg id + the entry's run id) and log
+    what is true: `sent` with where it is, or `failed` with the client's `not_found`."""
     counts = {"found_sent": 0, "not_stored": 0}
     for e in entries:
         if e.topic is None:
             continue
-
-        def ours(m: ReceivedMessage, rid: str = e.replay_id) -> bool:
-            return m.properties.get(run_property) == rid
-
-        found = client.find(e.topic, e.msg_id, ours)
+        found = client.locate(e.topic, e.msg_id, e.replay_id, run_property)
         if found is not None:
-            where = f"found on {found.broker} queue {found.queue_id} after an interrupted run"
-            stored = (found.broker, found.queue_id, found.queue_offset)
-            log.add(row(e, Status.SENT, where, stored))
+            log.add(row(e, Status.SENT, *found))
             counts["found_sent"] += 1
         else:
-            log.add(row(e, Status.FAILED, "not stored (checked after an interrupted run)", None))
+            log.add(row(e, Status.FAILED, client.not_found, None))
             counts["not_stored"] += 1
     log.flush()
     return counts
@@ -63,8 +73,8 @@ def reconcile(
 
 def send_all(
     todo: Sequence[LogEntry],
-    messages: Mapping[str, Message],
-    client: BrokerClient,
+    messages: Mapping[str, Any],
+    client: Sender,
     log: OutcomeLog,
     row: Row,
     *,
@@ -89,7 +99,7 @@ def send_all(
             continue
         pacer.wait()
         try:
-            result = client.send(msg)
+            where, stored = client.deliver(msg)
         except (MQClientError, RemotingError) as exc:
             reason = failure_reason(exc)
             log.add(row(e, Status.FAILED, reason, None))
@@ -103,8 +113,6 @@ def send_all(
                 ) from exc
             continue
         unknown_in_a_row = 0
-        where = f"stored on {result.mq.broker} queue {result.mq.queue_id} ({result.status.value})"
-        stored = (result.mq.broker, result.mq.queue_id, result.queue_offset)
         log.add(row(e, Status.SENT, where, stored))
         counts["sent"] += 1
         if time.monotonic() - last_say >= 2.0:

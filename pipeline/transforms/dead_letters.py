@@ -60,7 +60,8 @@ def _deliveries(log: DataFrame) -> DataFrame:
     )
 
 
-def _replays(replay_log: DataFrame) -> DataFrame:
+def replays(replay_log: DataFrame) -> DataFrame:
+    """Per (group, msg_id): whether a replay sent it, its latest replay status and when."""
     sent = F.col("status") == REPLAY_SENT
     return replay_log.groupBy(*_KEY).agg(
         F.max(sent).alias("replayed"),
@@ -92,7 +93,7 @@ def audit_dead_letters(
         per_msg.join(originals, on="msg_id", how="left")
         .join(_chains(messages), on=_KEY, how="left")
         .join(_deliveries(log), on=_KEY, how="left")
-        .join(_replays(replay_log), on=_KEY, how="left")
+        .join(replays(replay_log), on=_KEY, how="left")
     )
     chain = F.coalesce(
         F.col("retry_chain"),

@@ -18,7 +18,8 @@ the topology of its time) and the run's clock. A finding's `group` is the queue 
   logged them): `dead_lettered` from the queue of the newest death (`group`), with its
   reason (rejected, expired, maxlen, delivery_limit) as the cause; `topic` is the exchange
   it was dead-lettered through, `original_topic` the exchange it was first published to,
-  `death` the whole x-death history (with the original routing keys).
+  `death` the whole x-death history (with the original routing keys); `replayed` once a
+  RabbitMQ replay (pipeline.jobs.replay, `system` rabbitmq) sent it back.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pyspark.sql.types import ArrayType, MapType, StringType
 from broker_runtime.common import findings
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform
+from pipeline.transforms.dead_letters import replays
 
 RABBITMQ = "rabbitmq"
 CONSUMED = "CONSUMED"
@@ -51,7 +53,7 @@ def not_rabbitmq(df: DataFrame) -> DataFrame:
     return df.filter(F.coalesce(F.col("system"), F.lit("rocketmq")) != RABBITMQ)
 
 
-def _newest_death(log: DataFrame) -> DataFrame:
+def newest_death(log: DataFrame) -> DataFrame:
     """Log rows with x-death, and its newest entry's queue, reason, exchange, routing keys."""
     death = F.from_json(F.col("death"), _DEATH)[0]
     keys = F.from_json(death["routing-keys"], ArrayType(StringType()))
@@ -156,7 +158,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
     )  # fmt: skip
     rows = of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms)
     delivered = rows.select("msg_id", F.col("group").alias("queue")).distinct()
-    dead = _newest_death(rows).select("msg_id", F.col("dead_queue").alias("queue")).distinct()
+    dead = newest_death(rows).select("msg_id", F.col("dead_queue").alias("queue")).distinct()
     confirmed = stubs.filter(
         (F.col("status") == "CONFIRMED") & F.col("return_reason").isNull()
     ).select("msg_id", "topic", "broker", "routing_key", "created_at")
@@ -200,8 +202,11 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
     return unroutable.unionByName(lost).transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
 
 
-def rabbit_dead_letters(log: DataFrame, as_of_ms: int) -> DataFrame:
-    rows = _newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
+def rabbit_dead_letters(
+    log: DataFrame, as_of_ms: int, replay_log: DataFrame | None = None
+) -> DataFrame:
+    """`replay_log`: the RabbitMQ rows of `dlq_replay_log` (marks what a replay sent)."""
+    rows = newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
     per = rows.groupBy("msg_id", "dead_queue").agg(
         F.min_by(
             F.struct("reason", "topic", "dead_exchange", "dead_count", "broker", "death"),
@@ -212,6 +217,14 @@ def rabbit_dead_letters(log: DataFrame, as_of_ms: int) -> DataFrame:
         F.count(F.lit(1)).cast("long").alias("deliveries"),
         F.max_by("outcome", "id").alias("last_outcome"),
     )
+    if replay_log is not None:
+        done = replays(of_rabbitmq(replay_log)).withColumnRenamed("group", "dead_queue")
+        per = per.join(done, on=["dead_queue", "msg_id"], how="left")
+    else:
+        per = per.withColumns(
+            {"replayed": F.lit(None).cast("boolean"), "replay_status": _null("string"),
+             "replayed_at": _null("long")}
+        )  # fmt: skip
     cause = F.when(F.col("d.reason").isin(*findings.DEATH_REASONS), F.col("d.reason")).otherwise(
         F.lit("other")
     )
@@ -236,9 +249,9 @@ def rabbit_dead_letters(log: DataFrame, as_of_ms: int) -> DataFrame:
         .alias("retry_chain"),
         "deliveries",
         "last_outcome",
-        F.lit(False).alias("replayed"),
-        _null("string").alias("replay_status"),
-        _null("long").alias("replayed_at"),
+        F.coalesce(F.col("replayed"), F.lit(False)).alias("replayed"),
+        "replay_status",
+        "replayed_at",
         F.lit(RABBITMQ).alias("system"),
         F.col("d.death").alias("death"),
     ).transform(conform(audit_schemas.AUDIT_DEAD_LETTERS, as_of_ms))

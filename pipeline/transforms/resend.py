@@ -11,9 +11,13 @@ A stub is a resend candidate when all of these hold:
    then only the resend time guards against resending a message still waiting;
 5. its msg id is not in the consumers' message log (then it arrived; nothing to resend).
 Stubs at or past `max_send_count` that are still UNCONFIRMED go to `manual_handling`.
+`by_system` judges each system's stubs against its own consumers' log (RabbitMQ stubs have no
+offset: rule 4 holds for them, as for any stub never acknowledged).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -22,6 +26,7 @@ from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform
+from pipeline.transforms.rabbit import RABBITMQ, not_rabbitmq, of_rabbitmq
 
 _STUB = [
     "msg_id",
@@ -91,3 +96,17 @@ def manual_handling(
         F.lit("send_count_at_max").alias("cause"),
         F.col("send_count").cast("long").alias("count"),
     ).transform(conform(audit_schemas.MANUAL_HANDLING, as_of_ms))
+
+
+def by_system(
+    table: Callable[[DataFrame, DataFrame, int, int], DataFrame],
+    stubs: DataFrame,
+    log: DataFrame,
+    max_send_count: int,
+    as_of_ms: int,
+) -> DataFrame:
+    """`resend_candidates` or `manual_handling` of every system's stubs, each judged against
+    its own consumers' log, with its `system`."""
+    rocketmq = table(not_rabbitmq(stubs), not_rabbitmq(log), max_send_count, as_of_ms)
+    rabbitmq = table(of_rabbitmq(stubs), of_rabbitmq(log), max_send_count, as_of_ms)
+    return rocketmq.unionByName(rabbitmq.withColumn("system", F.lit(RABBITMQ)))

@@ -34,6 +34,7 @@ REPLAY_PARAMS = {
     "messages_per_second": "number",
     "dry_run": "boolean",
     "force": "boolean",
+    "system": "string",
 }
 
 

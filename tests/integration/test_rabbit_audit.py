@@ -3,8 +3,9 @@
 The RabbitMQ workload (broker_runtime/workload/rabbit.py) runs in one virtual host per seed:
 a consumer that dies holding deliveries, nacks with requeue, republishes, rejects and TTL
 expiries into a dead-letter exchange, expiries and max-length drops without one, a queue
-nobody consumes, unroutable mandatory publishes. Its ledgers and the topologies (management
-API, before and after) are ingested into one lake, the audit runs, and per virtual host its
+nobody consumes, unroutable mandatory publishes, a binding removed while publishing (the
+topology snapshotted as it changes). Its ledgers and the topologies (management API,
+before, during and after) are ingested into one lake, the audit runs, and per virtual host its
 RabbitMQ rows must be exactly the workload's truth: recall and precision 1.0 per kind.
 """
 
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from broker_runtime.rabbit.topology import Snapshot, fetch_snapshot
 from broker_runtime.workload.rabbit import DLX, EXCHANGE, run_rabbit_faults
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
-from pipeline.jobs.rabbit import ingest_topology
+from pipeline.jobs.rabbit import append_snapshots, ingest_topology
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.steps import INGEST, RunInputs
 from tests.rabbitmq import RabbitNode
@@ -46,10 +48,18 @@ def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -
     try:
         # Before the exchanges exist (too old for every publish), and after.
         ingest_topology(spark, lake, api, list(vhosts.values()), progress=False)
+        snaps: list[Snapshot] = []
+
+        def snapshot_of(vhost: str) -> Any:
+            return lambda: snaps.append(fetch_snapshot(api, vhost))
+
         truth = {
-            vhosts[seed]: run_rabbit_faults(rabbit_node.amqp_url(vhosts[seed]), data, seed)
+            vhosts[seed]: run_rabbit_faults(
+                rabbit_node.amqp_url(vhosts[seed]), data, seed, snapshot_of(vhosts[seed])
+            )
             for seed in SEEDS
         }
+        assert append_snapshots(spark, lake, snaps) > 0  # the topology as it changed
         # As mq_audit's ingest step takes it: the topology and the ledgers, no RocketMQ broker.
         inputs = RunInputs(lake, data, rabbit_api=api, rabbit_vhosts=",".join(vhosts.values()))
         ingested = INGEST.run(replace(inputs, progress=False), spark)
@@ -104,6 +114,9 @@ def test_finding_rows_name_exchange_vhost_and_death(audited: Any) -> None:
     _, rows, summary, _, vhosts = audited
     vhost = vhosts[1]
     by = {(r["kind"], r["msg_id"]): r for n in rows for r in rows[n]}
+    moved = by[("never_delivered", "rebind-1-0-a")]  # routed to `copy` while bound
+    assert (moved["group"], moved["topic"]) == ("copy", "events")
+    assert not any(m.startswith("rebind-1-0-b") for _, m in by)  # published after the unbind
     lost = by[("never_delivered", "idle-1-0")]
     assert (lost["topic"], lost["broker"], lost["group"]) == (EXCHANGE, vhost, "idle")
     dead = by[("dead_lettered", "reject-1-0")]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql import Row, SparkSession
 
 from pipeline.transforms.dead_letters import audit_dead_letters
+from pipeline.transforms.rabbit import rabbit_dead_letters
 from tests.unit.pipeline.audit_helpers import (
     T0,
     assert_rows,
@@ -107,3 +110,27 @@ def test_dead_letters_with_chain_deliveries_and_replays(spark: SparkSession) -> 
         ],
         "D2": [],
     }
+
+
+def test_rabbitmq_dead_letters_are_marked_by_rabbitmq_replays(spark: SparkSession) -> None:
+    death = json.dumps(
+        [{"queue": "work", "reason": "rejected", "exchange": "orders", "routing-keys": ["k"],
+          "count": 1}]
+    )  # fmt: skip
+    dead = {"system": "rabbitmq", "group": "dead", "topic": "dlx", "broker": "vh", "death": death}
+    deliveries = [delivery(1, "M1", **dead), delivery(2, "M2", **dead)]
+    replay_log = [
+        {"replay_id": "r1", "msg_id": "M1", "group": "work", "status": "sent",
+         "ts": T0 + 5_000, "system": "rabbitmq"},
+        # A RocketMQ replay of a group named like the queue: not this dead letter's.
+        {"replay_id": "r2", "msg_id": "M2", "group": "work", "status": "sent", "ts": T0 + 5_000},
+    ]  # fmt: skip
+    df = rabbit_dead_letters(log(spark, deliveries), T0 + 100_000, replays(spark, replay_log))
+    assert_rows(
+        df,
+        ["msg_id", "group", "cause", "original_topic", "replayed", "replay_status", "replayed_at"],
+        [
+            ("M1", "work", "rejected", "orders", True, "sent", T0 + 5_000),
+            ("M2", "work", "rejected", "orders", False, None, None),
+        ],
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.transforms.resend import manual_handling, resend_candidates
+from pipeline.transforms.resend import by_system, manual_handling, resend_candidates
 from tests.unit.pipeline.audit_helpers import T0, assert_rows, delivery, log, stub, stubs
 
 pytestmark = pytest.mark.slow
@@ -47,4 +47,32 @@ def test_resend_rules_and_manual_handling(spark: SparkSession) -> None:
             ("U3", "max_send_count", "send_count_at_max", 3, 3, False),
             ("U9", "max_send_count", "send_count_at_max", 4, 4, True),
         ],
+    )
+
+
+def test_each_system_is_judged_against_its_own_log(spark: SparkSession) -> None:
+    rabbit = {"system": "rabbitmq", "topic": "orders", "broker": "vh"}
+    ledger = stubs(
+        spark,
+        [
+            stub("R1", **DUE | UNSENT | rabbit),  # never confirmed by RabbitMQ: resend
+            stub("R2", **DUE | UNSENT | rabbit),  # a RabbitMQ consumer logged it: arrived
+            stub("R3", **DUE | UNSENT | rabbit | {"send_count": 3}),  # at the max: manual
+            stub("U1", **DUE | UNSENT),  # RocketMQ's, as before
+        ],
+    )
+    consumed = log(spark, [delivery(1, "R2", system="rabbitmq", group="work")])
+    cols = ["msg_id", "kind", "cause", "system"]
+    assert_rows(
+        by_system(resend_candidates, ledger, consumed, 3, AS_OF),
+        cols,
+        [
+            ("R1", "resend_due", "never_acknowledged", "rabbitmq"),
+            ("U1", "resend_due", "never_acknowledged", "rocketmq"),
+        ],
+    )
+    assert_rows(
+        by_system(manual_handling, ledger, consumed, 3, AS_OF),
+        cols,
+        [("R3", "max_send_count", "send_count_at_max", "rabbitmq")],
     )

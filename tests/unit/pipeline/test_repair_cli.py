@@ -1,5 +1,5 @@
-"""`mqaudit pipeline repair` refuses bad input with one clear message, before Spark starts
-and before anything is read, written or sent."""
+"""`mqaudit pipeline repair` (and a RabbitMQ `replay`) refuses bad input with one clear message,
+before Spark starts and before anything is read, written or sent."""
 
 from __future__ import annotations
 
@@ -33,3 +33,21 @@ def test_a_missing_lake_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "does not exist (ingest and audit the cluster first)" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--no-dry-run"], "a real replay needs --rabbit-url"),
+        (["--topic", "x" * 300], "topic: at most 255 bytes"),
+    ],
+)
+def test_bad_rabbitmq_replays_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    argv = ["pipeline", "replay", "--lake", str(lake), "--system", "rabbitmq", "--group",
+            "orders.work", "--from", "0", *extra]  # fmt: skip
+    assert main(argv) == 2 and needle in capsys.readouterr().err
+    assert list(lake.iterdir()) == []  # nothing written

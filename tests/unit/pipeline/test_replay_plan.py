@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -15,6 +16,7 @@ from broker_runtime.common.message import (
     TAGS,
     UNIQ_KEY,
 )
+from pipeline.remediation.rabbit_sender import RabbitTarget, dead_letter_message
 from pipeline.remediation.reasons import UNKNOWN_OUTCOME
 from pipeline.remediation.replay_plan import (
     DRY_RUN_REASON,
@@ -38,7 +40,7 @@ from pipeline.remediation.replay_request import (
     parse_repair_request,
     parse_request,
 )
-from pipeline.remediation.sender import Pacer
+from pipeline.remediation.sender import BrokerTarget, Pacer
 
 G = "orders-consumer"
 
@@ -106,12 +108,45 @@ def test_every_problem_is_reported_at_once() -> None:
         ({"group": G, "msg_ids": ["a b"]}, "without spaces"),
         ({"group": G, "msg_ids": ["A"], "topic": "%RETRY%x"}, "not %RETRY%x"),
         ({"group": G, "msg_ids": ["A"], "max_messages": True}, "max_messages"),
+        ({"group": G, "msg_ids": ["A"], "system": "kafka"}, "system: one of"),
+        ({"group": "q.dead", "msg_ids": ["A"]}, "group: "),  # a RocketMQ group has no dots
+        ({"group": "", "msg_ids": ["A"], "system": "rabbitmq"}, "the RabbitMQ queue"),
+        ({"group": "q", "msg_ids": ["A"], "topic": "x" * 256, "system": "rabbitmq"}, "255"),
     ],
 )
 def test_bad_requests_say_why(params: dict[str, object], needle: str) -> None:
     with pytest.raises(ReplayParamError, match=None) as e:
         parse_request(params)
     assert needle in str(e.value)
+
+
+def test_a_rabbitmq_request_names_a_queue_and_an_exchange() -> None:
+    r = parse_request({"group": "orders.work", "topic": "", "from_time": 0, "system": "rabbitmq"})
+    assert (r.group, r.topic, r.system, r.dry_run) == ("orders.work", "", "rabbitmq", True)
+    assert ReplayRequest.from_dict(r.to_dict()) == r
+    assert "RabbitMQ queue orders.work, exchange ''" in r.describe()
+
+
+def test_a_rabbitmq_dead_letter_goes_back_by_its_newest_death() -> None:
+    death = json.dumps(
+        [
+            {"queue": "work", "reason": "rejected", "exchange": "orders", "count": 1,
+             "routing-keys": ["to.work", "audit"]},
+            {"queue": "first", "reason": "expired", "exchange": "old", "routing-keys": ["k"]},
+        ]
+    )  # fmt: skip
+    msg = dead_letter_message("M1", b"b", death, '{"tenant": "t1"}', "r1", "dead#7")
+    assert (msg.exchange, msg.routing_key, msg.msg_id, msg.body) == (
+        "orders",
+        "to.work",
+        "M1",
+        b"b",
+    )
+    assert msg.headers == {
+        "tenant": "t1", "CC": ["audit"], REPLAY_ID_PROPERTY: "r1", REPLAY_OF_PROPERTY: "dead#7"
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="JSON object"):
+        dead_letter_message("M1", b"b", death, "[1]", "r1", "dead#7")
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -269,3 +304,12 @@ def test_a_repair_plan_skips_the_unrepairable_and_what_some_repair_sent() -> Non
         "L2": "not repairable: no body",
         "L3": "already repaired (by p0, offset 9, at 2; force=true to send again)",
     }
+
+
+def test_a_replay_sends_only_to_its_own_system() -> None:
+    from pipeline.jobs.replay import _client
+
+    with pytest.raises(ValueError, match="a rabbitmq replay cannot send to BrokerTarget"):
+        _client(request(system="rabbitmq"), BrokerTarget("127.0.0.1:9876"))
+    with pytest.raises(ValueError, match="a rocketmq replay cannot send to RabbitTarget"):
+        _client(request(), RabbitTarget("amqp://guest:guest@127.0.0.1:5672/%2F"))

@@ -16,12 +16,15 @@ from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff, StubRe
 from pipeline.jobs.resend import _Run
 from pipeline.remediation.resend_bodies import Body
 from pipeline.remediation.resend_plan import (
+    RESEND_RUN_PROPERTY,
     Action,
     Candidate,
     Decision,
     plan_resend,
     resend_message,
+    resend_rabbit_message,
 )
+from pipeline.remediation.sender import BrokerClient
 
 NOW = 1_700_000_000_000
 BACKOFF = ResendBackoff(first_ms=1_000, factor=2.0, max_ms=60_000)
@@ -101,6 +104,8 @@ class Client:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.sent: list[Message] = []
+
+    deliver = BrokerClient.deliver
 
     def send(self, msg: Message) -> SendResult:
         if self.fail:
@@ -183,3 +188,14 @@ def test_handing_over_voids_and_lists(ledger: ProducerLedger) -> None:
         }
     ]
     assert run.counts["manual"] == 1
+
+
+def test_a_rabbitmq_stub_goes_back_to_its_exchange_and_key_with_its_headers() -> None:
+    c = Candidate.of({**vars(cand("A")), "system": "rabbitmq"})
+    assert c.rabbitmq and not cand("A").rabbitmq
+    live = {"routing_key": "to.work", "headers": '{"tenant": "t1"}'}
+    msg = resend_rabbit_message(c, live, b"A", "run-1")
+    assert (msg.exchange, msg.routing_key, msg.msg_id, msg.body) == ("orders", "to.work", "A", b"A")
+    assert msg.headers == {"tenant": "t1", RESEND_RUN_PROPERTY: "run-1"}
+    bare = resend_rabbit_message(c, {"routing_key": None, "headers": None}, b"A", "run-1")
+    assert (bare.routing_key, bare.headers) == ("", {RESEND_RUN_PROPERTY: "run-1"})
