@@ -19,6 +19,7 @@ from broker_runtime.common.findings import (
     DEAD_LETTERED,
     DELIVERED_TWICE,
     DUPLICATE_EFFECT,
+    FILTERED_WRONGLY,
     HALF_STUCK,
     LOST_AFTER_ACK,
     RESEND_DUE,
@@ -43,6 +44,8 @@ NO_REMEDY: dict[str, str] = {
     ROLLED_BACK_BUT_DELIVERED: "the consumer acted on a rolled-back message: a person reverses it",
     COMMITTED_TWICE: "a broker fault: consumers must be idempotent",
     COMMITTED_NEVER_CONSUMED: "the group must consume it (see its lag)",
+    FILTERED_WRONGLY: "an instance of the group subscribed otherwise: deploy it with the "
+    "group's expression; what it skipped comes back by resetting the group's offset",
 }
 
 

@@ -15,6 +15,9 @@ RETRY_TOPIC = "RETRY_TOPIC"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QUEUE_ID = "REAL_QID"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+# Set by mqaudit's DLQ replay on each message it sends back (the audit reads them).
+REPLAY_ID_PROPERTY = "MQAUDIT_REPLAY_ID"
+REPLAY_OF_PROPERTY = "MQAUDIT_REPLAY_OF"  # offset msg id of the dead-letter copy replayed
 RECONSUME_TIME = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 CLUSTER = "CLUSTER"  # the broker's cluster, stamped on every stored message

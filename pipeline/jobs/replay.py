@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from broker_runtime.common.message import REPLAY_ID_PROPERTY
 from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
@@ -28,7 +29,6 @@ from pipeline.lake import DLQ_REPLAY_LOG, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.replay_plan import (
-    REPLAY_ID_PROPERTY,
     DeadLetter,
     LogEntry,
     Status,

@@ -66,7 +66,11 @@ def to_messages(raw: pa.RecordBatch, run: int) -> pa.RecordBatch:
         "tags": raw.column("prop_tags"),
         "delivery_topic": delivery,
         "original_topic": pc.coalesce(raw.column("prop_retry_topic"), real_topic, topic),
-        "origin_msg_id": pc.coalesce(raw.column("prop_origin_message_id"), uniq),
+        # The copy it derives from: the broker's send-back names it, and so does mqaudit's
+        # DLQ replay (the dead-letter copy it sent back); else the message is its own origin.
+        "origin_msg_id": pc.coalesce(
+            raw.column("prop_origin_message_id"), raw.column("prop_replay_of"), uniq
+        ),
         "consumer_group": _group_of(delivery),
         "is_retry": pc.starts_with(delivery, RETRY_PREFIX),
         "is_dlq": pc.starts_with(delivery, DLQ_PREFIX),

@@ -27,6 +27,7 @@ from broker_runtime.common.message import (
     KEYS,
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
+    REPLAY_OF_PROPERTY,
     RETRY_TOPIC,
     TAGS,
     UNIQ_KEY,
@@ -54,6 +55,7 @@ PICKED = {
     "prop_retry_topic": RETRY_TOPIC,
     "prop_real_topic": REAL_TOPIC,
     "prop_origin_message_id": ORIGIN_MESSAGE_ID,
+    "prop_replay_of": REPLAY_OF_PROPERTY,
     "prop_delay": DELAY,
 }
 _NAMES = tuple(name.encode() for name in PICKED.values())

@@ -27,10 +27,10 @@ from types import TracebackType
 from typing import Any
 
 from broker_runtime.client.model import MQBrokerError, MQClientError
+from broker_runtime.common.message import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from broker_runtime.ledger.engine import open_ledger
 from broker_runtime.ledger.producer import ProducerLedger
 from pipeline.readers.layout import ledger_sources
-from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.sender import Stored
 
 NO_ROUTE = 312  # AMQP reply code of a returned mandatory publish

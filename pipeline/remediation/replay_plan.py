@@ -30,6 +30,8 @@ from broker_runtime.common.message import (
     REAL_QUEUE_ID,
     REAL_TOPIC,
     RECONSUME_TIME,
+    REPLAY_ID_PROPERTY,
+    REPLAY_OF_PROPERTY,
     RETRY_TOPIC,
     UNIQ_KEY,
     Message,
@@ -38,8 +40,6 @@ from broker_runtime.common.topics import is_dlq_topic, is_retry_topic
 from pipeline.remediation.reasons import outcome_unknown
 from pipeline.remediation.replay_request import ReplayRequest
 
-REPLAY_ID_PROPERTY = "MQAUDIT_REPLAY_ID"
-REPLAY_OF_PROPERTY = "MQAUDIT_REPLAY_OF"  # offset msg id of the dead-letter copy replayed
 # Set by the broker on the way to the DLQ (or on a pull): not part of the message as sent.
 BROKER_PROPERTIES = frozenset(
     {

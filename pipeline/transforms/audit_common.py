@@ -87,7 +87,8 @@ def stored_copies(messages: DataFrame) -> DataFrame:
     Retry, dead-letter and schedule copies carry the same UNIQ_KEY by design (the broker
     stores them on send-back or delay) and are left out: they are not resends. So is a copy
     that names another stored message as its origin (ORIGIN_MESSAGE_ID, which only the
-    send-back sets): a dead letter replayed into its original topic. And so are the
+    send-back sets, or mqaudit's DLQ replay as REPLAY_OF_PROPERTY, see messages.py): a dead
+    letter replayed into its original topic. And so are the
     transaction units of the broker's own topics (a half message and its check-back
     re-appends): the committed unit in the real topic is the message's copy.
     """

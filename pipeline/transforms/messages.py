@@ -11,6 +11,7 @@ from broker_runtime.common.message import (
     KEYS,
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
+    REPLAY_OF_PROPERTY,
     RETRY_TOPIC,
     TAGS,
     UNIQ_KEY,
@@ -50,7 +51,11 @@ def to_messages(raw: DataFrame, run: int) -> DataFrame:
         "keys": prop(KEYS),
         "tags": prop(TAGS),
         "original_topic": F.coalesce(prop(RETRY_TOPIC), prop(REAL_TOPIC), F.col("topic")),
-        "origin_msg_id": F.coalesce(prop(ORIGIN_MESSAGE_ID), prop(UNIQ_KEY)),
+        # The copy it derives from: the broker's send-back names it, and so does mqaudit's
+        # DLQ replay (the dead-letter copy it sent back), else the message is its own origin.
+        "origin_msg_id": F.coalesce(
+            prop(ORIGIN_MESSAGE_ID), prop(REPLAY_OF_PROPERTY), prop(UNIQ_KEY)
+        ),
         "consumer_group": _group_of(F.col("delivery_topic")),
         "is_retry": F.col("delivery_topic").startswith(RETRY_PREFIX),
         "is_dlq": F.col("delivery_topic").startswith(DLQ_PREFIX),

@@ -17,9 +17,13 @@ from broker_runtime.client.model import ReceivedMessage, new_message
 from broker_runtime.client.producer import Producer
 from broker_runtime.client.sync import SyncProducer
 from broker_runtime.common import aio
-from broker_runtime.common.message import ORIGIN_MESSAGE_ID, RECONSUME_TIME, RETRY_TOPIC
+from broker_runtime.common.message import (
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    REPLAY_ID_PROPERTY,
+    RETRY_TOPIC,
+)
 from broker_runtime.common.topics import dlq_topic
-from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY
 
 
 def send_messages(namesrv: str, topic: str, count: int, tag: str = "t") -> list[str]:

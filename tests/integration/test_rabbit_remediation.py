@@ -15,6 +15,7 @@ import pika
 import pytest
 
 from broker_runtime.client.model import MQBrokerError
+from broker_runtime.common.message import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from broker_runtime.ledger.consumer import ConsumerLedger
 from broker_runtime.ledger.producer import ProducerLedger
 from broker_runtime.rabbit.consumer import ConsumerLog
@@ -26,7 +27,6 @@ from pipeline.jobs.replay import plan_step, run_replay
 from pipeline.lake import DLQ_REPLAY_LOG, RESEND_LOG, TABLES
 from pipeline.remediation.rabbit_sender import RabbitClient, RabbitMessage, RabbitTarget
 from pipeline.remediation.reasons import failure_reason
-from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, REPLAY_OF_PROPERTY
 from pipeline.remediation.replay_request import ReplayRequest, parse_request
 from pipeline.remediation.resend_plan import RESEND_RUN_PROPERTY
 from pipeline.transforms.resend import by_system, resend_candidates

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from broker_runtime.common.message import REPLAY_ID_PROPERTY
 from pipeline.jobs.replay import plan_step, run_replay, send_step
-from pipeline.remediation.replay_plan import REPLAY_ID_PROPERTY, replay_message
+from pipeline.remediation.replay_plan import replay_message
 from pipeline.remediation.replay_request import ReplayRequest, parse_request
 from pipeline.remediation.sender import BrokerClient, BrokerTarget
 from pipeline.remediation.sends import SendInterrupted

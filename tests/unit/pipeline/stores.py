@@ -11,6 +11,8 @@ from broker_runtime.common.message import (
     KEYS,
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
+    REPLAY_ID_PROPERTY,
+    REPLAY_OF_PROPERTY,
     RETRY_TOPIC,
     TAGS,
     UNIQ_KEY,
@@ -49,6 +51,8 @@ def varied(n: int, start: int = 0) -> list[Message]:
         props = {UNIQ_KEY: uniq, TAGS: f"tag{i % 3}", KEYS: f"k{i} order-{i % 7}"}
         topic = f"Topic{i % 3}"
         kind = i % 6
+        if i % 12 == 6:  # a dead letter mqaudit's replay sent back: it names its origin
+            props |= {REPLAY_ID_PROPERTY: "replay-1", REPLAY_OF_PROPERTY: f"DLQOFF{i:08d}"}
         if kind == 1:
             topic = retry_topic("groupA")
             props |= {RETRY_TOPIC: "Topic0", ORIGIN_MESSAGE_ID: f"UNIQ{i - 1:08d}"}

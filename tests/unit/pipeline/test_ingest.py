@@ -12,7 +12,12 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from broker_runtime.common.message import ORIGIN_MESSAGE_ID, REAL_TOPIC, RETRY_TOPIC
+from broker_runtime.common.message import (
+    ORIGIN_MESSAGE_ID,
+    REAL_TOPIC,
+    REPLAY_OF_PROPERTY,
+    RETRY_TOPIC,
+)
 from broker_runtime.common.topics import SCHEDULE_TOPIC, group_of
 from broker_runtime.offsets.consumer_filters import ConsumerFilterManager, consumer_filter_path
 from pipeline import schemas
@@ -92,7 +97,8 @@ def test_round_trip_every_field(spark: SparkSession, ingested: tuple[Path, Path]
                 "prepared_tx_offset": m.prepared_transaction_offset, "body_size": len(m.body),
                 "body": m.body, "properties": p, "delivery_topic": delivery,
                 "original_topic": p.get(RETRY_TOPIC) or p.get(REAL_TOPIC) or m.topic,
-                "origin_msg_id": p.get(ORIGIN_MESSAGE_ID) or m.uniq_key,
+                "origin_msg_id": p.get(ORIGIN_MESSAGE_ID) or p.get(REPLAY_OF_PROPERTY)
+                or m.uniq_key,
                 "consumer_group": group_of(delivery),
                 "is_retry": delivery.startswith("%RETRY%"), "is_dlq": delivery.startswith("%DLQ%"),
                 "is_scheduled": m.topic == SCHEDULE_TOPIC,

@@ -12,6 +12,8 @@ from broker_runtime.common.message import (
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
     RECONSUME_TIME,
+    REPLAY_ID_PROPERTY,
+    REPLAY_OF_PROPERTY,
     RETRY_TOPIC,
     TAGS,
     UNIQ_KEY,
@@ -20,8 +22,6 @@ from pipeline.remediation.rabbit_sender import RabbitTarget, dead_letter_message
 from pipeline.remediation.reasons import UNKNOWN_OUTCOME
 from pipeline.remediation.replay_plan import (
     DRY_RUN_REASON,
-    REPLAY_ID_PROPERTY,
-    REPLAY_OF_PROPERTY,
     DeadLetter,
     LogEntry,
     Status,
