@@ -160,3 +160,27 @@ def queue_min_offsets(offsets: DataFrame) -> DataFrame:
 def position_text(broker: Column, topic: Column, queue_id: Column, offset: Column) -> Column:
     """`broker/topic/queue@offset`, how the audit rows name a queue position."""
     return F.format_string("%s/%s/%s@%s", broker, topic, queue_id, offset)
+
+
+def undelivered_rows(
+    df: DataFrame, msg_id: Column, kind: Column, cause: Column, detail: Column
+) -> DataFrame:
+    """`audit_losses` rows (before `conform`) of stored messages a group never received:
+    one per (message, group), with the queue position, the group's committed offset and
+    the queue's min offset of `df`."""
+    return df.select(
+        msg_id.alias("msg_id"),
+        "group",
+        kind.alias("kind"),
+        cause.alias("cause"),
+        F.lit(1).cast("long").alias("count"),
+        "topic",
+        "broker",
+        "queue_id",
+        "queue_offset",
+        F.col("store_ts").alias("first_ts"),
+        F.col("store_ts").alias("last_ts"),
+        "committed_offset",
+        "min_offset",
+        detail.alias("detail"),
+    )

@@ -47,6 +47,7 @@ from pipeline.transforms.audit_common import (
     latest_offsets,
     position_text,
     queue_min_offsets,
+    undelivered_rows,
 )
 
 _KEY = ["broker", "topic", "group"]
@@ -226,26 +227,19 @@ def expired_unreceived(
         .filter(F.col("expired"))
         .join(received, on=["group", "msg_id"], how="left_anti")
         .join(latest, on=[*_KEY, "queue_id"], how="left")
-        .select(
-            "msg_id",
-            "group",
-            F.lit(findings.EXPIRED_BEFORE_CONSUMED).alias("kind"),
-            F.lit(findings.FILE_DELETED_BEFORE_DELIVERY).alias("cause"),
-            F.lit(1).cast("long").alias("count"),
-            "topic",
-            "broker",
-            "queue_id",
-            "queue_offset",
-            F.col("store_ts").alias("first_ts"),
-            F.col("store_ts").alias("last_ts"),
-            "committed_offset",
-            "min_offset",
-            F.format_string(
-                "%s is below the queue's min offset %d; matches the group's expression, "
-                "never delivered to the group",
-                where,
-                F.col("min_offset"),
-            ).alias("detail"),
+        .transform(
+            lambda df: undelivered_rows(
+                df,
+                F.col("msg_id"),
+                F.lit(findings.EXPIRED_BEFORE_CONSUMED),
+                F.lit(findings.FILE_DELETED_BEFORE_DELIVERY),
+                F.format_string(
+                    "%s is below the queue's min offset %d; matches the group's expression, "
+                    "never delivered to the group",
+                    where,
+                    F.col("min_offset"),
+                ),
+            )
         )
         .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
     )

@@ -33,6 +33,7 @@ from pipeline.transforms.audit_common import (
     position_text,
     queue_min_offsets,
     stored_copies,
+    undelivered_rows,
 )
 
 _NO_TAG = ""
@@ -171,26 +172,8 @@ def undelivered(
             where,
         )
     )
-    return (
-        candidates.withColumn("kind", kind)
-        .filter(F.col("kind").isNotNull())
-        .select(
-            F.col("uniq_key").alias("msg_id"),
-            "group",
-            "kind",
-            cause.alias("cause"),
-            F.lit(1).cast("long").alias("count"),
-            "topic",
-            "broker",
-            "queue_id",
-            "queue_offset",
-            F.col("store_ts").alias("first_ts"),
-            F.col("store_ts").alias("last_ts"),
-            "committed_offset",
-            "min_offset",
-            detail.alias("detail"),
-        )
-    )
+    found = candidates.withColumn("kind", kind).filter(F.col("kind").isNotNull())
+    return undelivered_rows(found, F.col("uniq_key"), F.col("kind"), cause, detail)
 
 
 def audit_losses(
