@@ -38,6 +38,7 @@ from pipeline.transforms.filter_audit import (
     audit_filters,
     expired_unreceived,
     group_expressions,
+    not_selected,
 )
 from pipeline.transforms.lag import LagThresholds, audit_lag
 from pipeline.transforms.losses import audit_losses
@@ -199,7 +200,13 @@ def audit_tables(
             i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
         ),
         "audit_transactions": audit_transactions(
-            i.transactions, i.messages, i.log, i.offsets, as_of_ms, thresholds.half_stuck_ms
+            i.transactions,
+            i.messages,
+            i.log,
+            i.offsets,
+            not_selected(i.filters, i.filtered_messages, as_of_ms),
+            as_of_ms,
+            thresholds.half_stuck_ms,
         ),
         "audit_filters": audit_filters(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms),
     }

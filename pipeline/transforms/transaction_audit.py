@@ -14,7 +14,8 @@ pending; its check count and half units are the ingest's):
   UNIQ_KEY; cause `sent_outside_transaction` when the real topic holds a copy no commit
   wrote, else `no_committed_copy`. count: deliveries to the group.
 - `committed_never_consumed`, per consumer group that takes the real topic (received any
-  message of it): committed, never delivered to the group; cause
+  message of it) and whose SQL92 expression, if it has one, selects the message
+  (`filter_audit.not_selected`): committed, never delivered to the group; cause
   `offset_passed_without_delivery` when the group's committed offset (latest snapshot) is
   past the committed unit, else `offset_not_reached`. count 1.
 
@@ -127,7 +128,12 @@ def _without_group(tx: DataFrame, stuck_ms: int) -> DataFrame:
 
 
 def _per_group(
-    tx: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
+    tx: DataFrame,
+    messages: DataFrame,
+    log: DataFrame,
+    offsets: DataFrame,
+    unselected: DataFrame,
+    as_of_ms: int,
 ) -> DataFrame:
     seen = log.filter(F.col("received_at") <= as_of_ms)
     deliveries = seen.groupBy("group", "msg_id").agg(F.count(F.lit(1)).alias("deliveries"))
@@ -168,6 +174,7 @@ def _per_group(
         tx.filter(F.col("state") == findings.TX_COMMITTED)
         .join(takers, on="topic", how="inner")
         .join(deliveries, on=["group", "msg_id"], how="left_anti")
+        .join(unselected, on=["group", "msg_id"], how="left_anti")
         .join(latest, on=["group", "broker", "topic", "queue_id"], how="left")
         .select(
             *_common(),
@@ -196,13 +203,14 @@ def audit_transactions(
     messages: DataFrame,
     log: DataFrame,
     offsets: DataFrame,
+    unselected: DataFrame,
     as_of_ms: int,
     stuck_ms: int,
 ) -> DataFrame:
-    """The `audit_transactions` table."""
+    """The `audit_transactions` table; `unselected`: `filter_audit.not_selected`."""
     tx = _as_of(transactions, as_of_ms)
     return (
         _without_group(tx, stuck_ms)
-        .unionByName(_per_group(tx, messages, log, offsets, as_of_ms))
+        .unionByName(_per_group(tx, messages, log, offsets, unselected, as_of_ms))
         .transform(conform(audit_schemas.AUDIT_TRANSACTIONS, as_of_ms))
     )

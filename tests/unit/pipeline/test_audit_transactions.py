@@ -32,8 +32,9 @@ from pipeline.delta_io import DeltaIO
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import table_path
 from pipeline.transforms.audit_common import MESSAGE_COLUMNS
+from pipeline.transforms.filter_audit import not_selected
 from pipeline.transforms.transaction_audit import audit_transactions
-from tests.unit.pipeline.audit_helpers import delivery, log, offsets, snapshot
+from tests.unit.pipeline.audit_helpers import delivery, frame, log, offsets, snapshot
 from tests.unit.pipeline.stores import config
 
 pytestmark = pytest.mark.slow
@@ -150,8 +151,11 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
     snaps = offsets(spark, [snapshot(0, at["late"], at["late"] + 1, queue_id=1,
                                      snapshot_ts=last + 3)])  # fmt: skip
 
+    no_filters = frame(spark, schemas.CONSUMER_FILTERS, [])
+    unselected = not_selected(no_filters, messages, last)
+
     def audit(as_of: int) -> Any:
-        return audit_transactions(table, messages, deliveries, snaps, as_of, STUCK_MS)
+        return audit_transactions(table, messages, deliveries, snaps, unselected, as_of, STUCK_MS)
 
     def found(as_of: int) -> set[tuple[Any, ...]]:
         return {
@@ -177,6 +181,19 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
     # As of before anything was committed or ended, every transaction begun is pending.
     first = min(r["half_ts"] for r in rows.values())
     assert found(first) == set()
+    # A SQL92 group is expected to get only what its expression selects: g1 subscribed with
+    # one no committed message matches is owed none of them.
+    sql = {
+        "broker": "broker-a", "broker_id": 0, "snapshot_ts": last, "topic": "TopicA",
+        "consumer_group": "g1", "expression_type": "SQL92", "expression": "amount > 100",
+        "client_version": 1, "born_ts": first - 1, "dead_ts": None, "ingest_run": 1,
+    }  # fmt: skip
+    filtered = io.read(table_path(lake, "messages"), schemas.MESSAGES)
+    owed = not_selected(frame(spark, schemas.CONSUMER_FILTERS, [sql]), filtered, last + 10)
+    rows_sql = audit_transactions(table, messages, deliveries, snaps, owed, last + 10, STUCK_MS)
+    kinds = {(by_name[r["msg_id"]], r["kind"]) for r in rows_sql.collect()}
+    assert ("late", K.COMMITTED_NEVER_CONSUMED) not in kinds
+    assert {(n, k) for n, _, k, _, _ in young} - kinds == {("late", K.COMMITTED_NEVER_CONSUMED)}
 
     # The gates: the derived table is well formed; the findings break the healthy bounds.
     assert run_gate(table, "transactions").success
