@@ -113,26 +113,27 @@ def _judged(messages: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataF
     )
 
 
-# A judged message the group's expression selects: it matches, and was stored after the
-# broker registered the expression (a null, an error or false does not match).
-_SELECTED = F.coalesce(
-    (F.col("matches") == F.lit(True)) & (F.col("store_ts") >= F.col("registered_ts")),
-    F.lit(False),
-)
+def _selected() -> Column:
+    """A judged message the group's expression selects: it matches, and was stored after the
+    broker registered the expression (a null, an error or false does not match)."""
+    return F.coalesce(
+        (F.col("matches") == F.lit(True)) & (F.col("store_ts") >= F.col("registered_ts")),
+        F.lit(False),
+    )
 
 
 def not_selected(filters: DataFrame, messages: DataFrame, as_of_ms: int) -> DataFrame:
     """(group, msg_id) of the stored messages a SQL92 group's expression does not select:
     no other audit may expect them delivered to that group."""
     judged = _judged(messages, group_expressions(filters, as_of_ms), as_of_ms)
-    return judged.filter(~_SELECTED).select("group", "msg_id").distinct()
+    return judged.filter(~_selected()).select("group", "msg_id").distinct()
 
 
 def _expected(judged: DataFrame, offsets: DataFrame) -> DataFrame:
     """The judged messages each group's expression matches, stored after it was registered,
     with `expired`: below the queue's min offset at the latest snapshot."""
     return (
-        judged.filter(_SELECTED)
+        judged.filter(_selected())
         .join(queue_min_offsets(offsets), on=QUEUE, how="left")
         .withColumn(
             "expired",

@@ -151,8 +151,8 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
     snaps = offsets(spark, [snapshot(0, at["late"], at["late"] + 1, queue_id=1,
                                      snapshot_ts=last + 3)])  # fmt: skip
 
-    no_filters = frame(spark, schemas.CONSUMER_FILTERS, [])
-    unselected = not_selected(no_filters, messages, last)
+    stored = io.read(table_path(lake, "messages"), schemas.MESSAGES)  # with the properties
+    unselected = not_selected(frame(spark, schemas.CONSUMER_FILTERS, []), stored, last)
 
     def audit(as_of: int) -> Any:
         return audit_transactions(table, messages, deliveries, snaps, unselected, as_of, STUCK_MS)
@@ -188,8 +188,7 @@ def test_transactions_are_found_with_their_causes(spark: SparkSession, tmp_path:
         "consumer_group": "g1", "expression_type": "SQL92", "expression": "amount > 100",
         "client_version": 1, "born_ts": first - 1, "dead_ts": None, "ingest_run": 1,
     }  # fmt: skip
-    filtered = io.read(table_path(lake, "messages"), schemas.MESSAGES)
-    owed = not_selected(frame(spark, schemas.CONSUMER_FILTERS, [sql]), filtered, last + 10)
+    owed = not_selected(frame(spark, schemas.CONSUMER_FILTERS, [sql]), stored, last + 10)
     rows_sql = audit_transactions(table, messages, deliveries, snaps, owed, last + 10, STUCK_MS)
     kinds = {(by_name[r["msg_id"]], r["kind"]) for r in rows_sql.collect()}
     assert ("late", K.COMMITTED_NEVER_CONSUMED) not in kinds
