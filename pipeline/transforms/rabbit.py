@@ -202,10 +202,8 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
     return unroutable.unionByName(lost).transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
 
 
-def rabbit_dead_letters(
-    log: DataFrame, as_of_ms: int, replay_log: DataFrame | None = None
-) -> DataFrame:
-    """`replay_log`: the RabbitMQ rows of `dlq_replay_log` (marks what a replay sent)."""
+def rabbit_dead_letters(log: DataFrame, as_of_ms: int, replay_log: DataFrame) -> DataFrame:
+    """`replay_log`: `dlq_replay_log` (its RabbitMQ rows mark what a replay sent)."""
     rows = newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
     per = rows.groupBy("msg_id", "dead_queue").agg(
         F.min_by(
@@ -217,14 +215,8 @@ def rabbit_dead_letters(
         F.count(F.lit(1)).cast("long").alias("deliveries"),
         F.max_by("outcome", "id").alias("last_outcome"),
     )
-    if replay_log is not None:
-        done = replays(of_rabbitmq(replay_log)).withColumnRenamed("group", "dead_queue")
-        per = per.join(done, on=["dead_queue", "msg_id"], how="left")
-    else:
-        per = per.withColumns(
-            {"replayed": F.lit(None).cast("boolean"), "replay_status": _null("string"),
-             "replayed_at": _null("long")}
-        )  # fmt: skip
+    done = replays(of_rabbitmq(replay_log)).withColumnRenamed("group", "dead_queue")
+    per = per.join(done, on=["dead_queue", "msg_id"], how="left")
     cause = F.when(F.col("d.reason").isin(*findings.DEATH_REASONS), F.col("d.reason")).otherwise(
         F.lit("other")
     )
