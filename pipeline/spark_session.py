@@ -36,6 +36,11 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # Spark's default Ivy home since 4.0 (SparkSubmit's --packages); `spark.jars.ivy` moves it.
 DEFAULT_IVY_HOME = Path("~/.ivy2.5.2")
+# The driver's heap when neither the caller's settings nor Spark's own SPARK_DRIVER_MEMORY name
+# one. Spark's 1g is the whole job's memory in local mode (the driver is the executor): two
+# audits at once in one session (the tests' truth audit) ran out of it building a broadcast
+# join. Only a session that starts the JVM can set it; under spark-submit the submit's wins.
+DEFAULT_DRIVER_MEMORY = "2g"
 
 # Settings the pipeline's transforms rely on, applied to any session it is handed.
 SQL_CONF = {
@@ -179,6 +184,8 @@ def build_spark(
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
     settings = {**SQL_CONF, **delta_conf(conf), **(conf or {})}
+    if "SPARK_DRIVER_MEMORY" not in os.environ:
+        settings.setdefault("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
     packages = settings.get("spark.jars.packages")
     ivy_home = Path(settings.get("spark.jars.ivy") or DEFAULT_IVY_HOME)
     jars = resolved_jars(packages, ivy_home) if packages and "spark.jars" not in settings else None

@@ -149,6 +149,14 @@ def test_the_test_session_has_delta_lake_and_uses_the_native_backend(
     assert DeltaIO(spark).backend == "native"
 
 
+@pytest.mark.slow
+def test_the_session_starts_its_jvm_with_the_default_driver_heap(spark: SparkSession) -> None:
+    # Spark's 1g ran out building a broadcast join with two audits in one session.
+    heap = spark._jvm.java.lang.Runtime.getRuntime().maxMemory()  # type: ignore[union-attr]
+    assert spark.conf.get("spark.driver.memory") == spark_session.DEFAULT_DRIVER_MEMORY
+    assert heap > 1.5 * 2**30, heap
+
+
 @pytest.fixture(params=["native", "embedded"])
 def io(request: pytest.FixtureRequest, spark: SparkSession) -> DeltaIO:
     return DeltaIO(spark, request.param)
