@@ -28,6 +28,32 @@ def latest_lag(lag: pd.DataFrame) -> pd.DataFrame:
     return lag[lag["snapshot_ts"] == last]
 
 
+def of_system(df: pd.DataFrame, system: str) -> pd.DataFrame:
+    """The rows of one system (rows without `system` are RocketMQ's, as in the lake)."""
+    if "system" not in df.columns:
+        return df if system == findings.SYSTEMS[0] else df.iloc[0:0]
+    return df[df["system"].fillna(findings.SYSTEMS[0]) == system]
+
+
+def by_system(tables: Tables) -> dict[str, dict[str, Any]]:
+    """Per system, its findings counted as the summary counts them: duplicates and losses
+    by kind, duplicates by cause, dead letters (and those waiting), resend candidates."""
+    out = {}
+    for system in findings.SYSTEMS:
+        dup = of_system(tables["audit_duplicates"], system)
+        dlq = of_system(tables["audit_dead_letters"], system)
+        waiting = dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq
+        out[system] = {
+            "duplicates": _by(dup, "kind"),
+            "duplicate_causes": _by(dup, "cause"),
+            "losses": _by(of_system(tables["audit_losses"], system), "kind"),
+            "dead_letters": len(dlq),
+            "dead_letters_waiting": len(waiting),
+            "resend_candidates": len(of_system(tables["resend_candidates"], system)),
+        }
+    return out
+
+
 def summarize(tables: Tables) -> dict[str, Any]:
     """Counts per table and kind, the lag picture now, and whether anything needs a person."""
     dup = tables["audit_duplicates"]
@@ -55,6 +81,7 @@ def summarize(tables: Tables) -> dict[str, Any]:
         "resend_candidates": len(tables["resend_candidates"]),
         "manual_handling": manual,
         "consistency": consistency,
+        "systems": by_system(tables),
     }
     problems = []
     if losses_by_kind:

@@ -21,10 +21,9 @@ from broker_runtime.common.topics import (
 )
 from broker_runtime.workload import truth as T
 from broker_runtime.workload.journal import Delivery
+from broker_runtime.workload.truth_compare import Key
+from broker_runtime.workload.truth_compare import precision_recall as precision_recall
 from tests.integration.test_workload import messages
-
-# (scenario, kind, msg_id, group, cause): one finding, as both sides must name it.
-Key = tuple[str, str, str, str | None, str | None]
 
 
 def scenario_of(doc: Mapping[str, Any]) -> dict[str, str]:
@@ -199,26 +198,7 @@ def describe(raw: RawCounts) -> str:
     return ", ".join(f"{k} {len(v)}" for k, v in vars(raw).items())
 
 
-# -- precision and recall ---------------------------------------------------------------------
-
-
-def precision_recall(truth: Iterable[Key], found: Iterable[Key]) -> list[tuple[str, ...]]:
-    """Rows (kind, cause, truth, found, both, precision, recall): per kind and cause, then
-    per kind with any cause (message and group only); 1.0 where a side has nothing to miss."""
-    t, f = set(truth), set(found)
-    rows: list[tuple[str, ...]] = []
-
-    def row(kind: str, cause: str, tk: set[Any], fk: set[Any]) -> None:
-        both = len(tk & fk)
-        p = both / len(fk) if fk else 1.0
-        r = both / len(tk) if tk else 1.0
-        rows.append((kind, cause, str(len(tk)), str(len(fk)), str(both), f"{p:.3f}", f"{r:.3f}"))
-
-    for kind, cause in sorted({(k[1], k[4] or "-") for k in t | f}):
-        row(kind, cause, *({k for k in s if (k[1], k[4] or "-") == (kind, cause)} for s in (t, f)))
-    for kind in sorted({k[1] for k in t | f}):
-        row(kind, "(any)", *({k[:4] for k in s if k[1] == kind} for s in (t, f)))
-    return rows
+# -- precision and recall (broker_runtime.workload.truth_compare) --------------------------
 
 
 def table(title: str, rows: list[tuple[str, ...]]) -> str:
