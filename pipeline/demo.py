@@ -1,6 +1,8 @@
 """`mqaudit demo`: the product's main job, end to end on this machine.
 
-Starts a cluster under OUT, runs the fault workload (every scenario), then the DAGs through
+Starts a cluster under OUT, runs the fault workload (every scenario) and, where RabbitMQ is
+installed, RabbitMQ's fault scenarios on a node of its own (pipeline.demo_rabbit; audited by
+the same DAGs into the same lake), then the DAGs through
 Airflow (`airflow dags test` on a SQLite metadata database under OUT/airflow): mq_audit,
 mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, then mq_audit again to
 show what the remedies repaired (the summary's repair loop: found -> acted on -> found after);
@@ -15,6 +17,7 @@ background while the DAGs run, and the summary counts their findings too.
     OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
     OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step
     OUT/cluster-lakes/<name>           the workload's other clusters' lakes
+    OUT/rabbitmq the RabbitMQ node's files   OUT/rabbit-truth.json  its workload's truth
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline.demo_rabbit import (
+    RabbitFailed,
+    RabbitSide,
+    airflow_vars,
+    rabbit_summary,
+    unavailable_reason,
+)
 from pipeline.demo_summary import (
     build_summary,
     format_summary,
@@ -70,16 +80,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     demo.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default ./demo-out")
     demo.add_argument("--messages", type=int, default=DEFAULT_MESSAGES, help="workload size")
     demo.add_argument("--seed", type=int, default=7, help="workload seed")
+    demo.add_argument(
+        "--no-rabbitmq", action="store_true", help="no RabbitMQ node and workload (see above)"
+    )
     demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.messages <= 0:
         raise ValueError(f"--messages must be positive, got {args.messages}")
-    demo = Demo(args.out, args.messages, args.seed)
+    demo = Demo(args.out, args.messages, args.seed, rabbitmq=not args.no_rabbitmq)
     try:
         summary = demo.run()
-    except DemoError as e:
+    except (DemoError, RabbitFailed) as e:
         print(f"mqaudit demo: FAILED: {e}", file=sys.stderr)
         return 1
     print(format_summary(summary))
@@ -97,6 +110,7 @@ class Demo:
         messages: int = DEFAULT_MESSAGES,
         seed: int = 7,
         console: TextIO | None = None,
+        rabbitmq: bool = True,
     ) -> None:
         self.out = out.resolve()
         self.messages = messages
@@ -110,6 +124,10 @@ class Demo:
         self.truth = self.out / "truth.json"
         self.cluster_lakes = self.out / "cluster-lakes"
         self.clusters_json = self.reports / "workload_clusters.json"
+        self.rabbit_root = self.out / "rabbitmq"
+        self.rabbit_truth = self.out / "rabbit-truth.json"
+        self.rabbitmq = rabbitmq
+        self.rabbit: RabbitSide | None = None
         self.timings: dict[str, float] = {}
         self.started = time.monotonic()
 
@@ -134,15 +152,20 @@ class Demo:
     def run(self) -> dict[str, Any]:
         """Every step; the summary (also OUT/summary.json)."""
         self.prepare()
+        why_not = unavailable_reason(skip=not self.rabbitmq)
         migrate: subprocess.Popen[bytes] | None = None
         audits: subprocess.Popen[bytes] | None = None
         first_audit: dict[str, Any] | None = None
         try:
             migrate = self.start_migrate()
             self.step("cluster up", self.cluster_up)
+            self.start_rabbit(why_not)
             workload = self.step("workload", self.workload)
             audits = self.start_cluster_audits()
             self.step("airflow db", lambda: self.wait_migrate(migrate))
+            if self.rabbit is not None:
+                self.step("rabbitmq workload (waited for)", self.rabbit.wait)
+                self.timings["rabbitmq node and workload (background)"] = self.rabbit.seconds
             self.step("mq_audit", lambda: self.dag_test("mq_audit"))
             self.step("mq_retry_resend", lambda: self.dag_test("mq_retry_resend"))
             self.step("mq_dlq_report", lambda: self.dag_test("mq_dlq_report"))
@@ -169,12 +192,16 @@ class Demo:
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait()
+            if self.rabbit is not None:
+                self.step("rabbitmq down", self.rabbit.stop)
             self.step("cluster down", self.cluster_down)
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         clusters = load_json(self.clusters_json)
+        rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(
             self.reports, self.truth, workload, self.timings, self.out, clusters, first_audit
         )
+        summary["rabbitmq"] = rabbit  # printed by format_summary
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return summary
 
@@ -183,9 +210,9 @@ class Demo:
         if (self.data_dir / "cluster.json").exists():
             self.cluster_down()
         old = (self.data_dir, self.lake, self.cluster_lakes, self.reports, self.airflow_home)
-        for d in (*old, self.logs):
+        for d in (*old, self.logs, self.rabbit_root):
             shutil.rmtree(d, ignore_errors=True)
-        for f in (self.truth, self.out / "summary.json"):
+        for f in (self.truth, self.rabbit_truth, self.out / "summary.json"):
             f.unlink(missing_ok=True)
         self.logs.mkdir(parents=True)
         self.airflow_home.mkdir(parents=True)
@@ -211,6 +238,24 @@ class Demo:
         )  # fmt: skip
         out = self.run_logged("workload", argv, show_all=True, stdout=True)
         return last_json(out)
+
+    def start_rabbit(self, why_not: str | None) -> None:
+        """The RabbitMQ node and workload in the background (pipeline.demo_rabbit)."""
+        if why_not is not None:
+            self.say(f"   RabbitMQ: {why_not}; the demo goes on without it")
+            return
+        self.say(
+            f"   RabbitMQ: a node under {self.rabbit_root} and its workload, in the background"
+        )
+        self.rabbit = RabbitSide(self.rabbit_root, self.rabbit_workload)
+        self.rabbit.start()
+
+    def rabbit_workload(self, amqp_url: str) -> dict[str, Any]:
+        argv = _product(
+            "rabbit-workload", "--amqp", amqp_url, "--data-dir", str(self.data_dir),
+            "--truth", str(self.rabbit_truth), "--seed", str(self.seed),
+        )  # fmt: skip
+        return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
 
     def start_cluster_audits(self) -> subprocess.Popen[bytes] | None:
         """Ingest and audit the workload's other clusters in the background (one Spark
@@ -253,6 +298,7 @@ class Demo:
             AIRFLOW_VAR_MQAUDIT_SPARK_CONF=json.dumps(SMALL_DATA_SPARK),
             PYSPARK_PYTHON=sys.executable,
         )
+        env.update(airflow_vars(self.rabbit))  # RabbitMQ's node, or none
         # The name servers come from OUT/cluster/cluster.json; an outer setting must not win.
         env.pop("AIRFLOW_VAR_MQAUDIT_NAMESRV", None)
         env.pop("AIRFLOW_VAR_MQAUDIT_LEDGER_URL", None)

@@ -26,9 +26,13 @@ from broker_runtime.common.findings import (
     LOST_AFTER_ACK,
     RESEND_DUE,
     STORED_TWICE,
+    SYSTEMS,
 )
+from pipeline.demo_rabbit import rabbit_lines
 from pipeline.demo_remedies import remediation, remediation_lines
+from pipeline.reports.summary import system_summary
 
+ROCKETMQ = SYSTEMS[0]  # truth.json's, the clusters': RabbitMQ's is pipeline.demo_rabbit's
 # The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
 TRANSACTION_KINDS = KINDS["audit_transactions"]
 COMPARED_KINDS = (
@@ -87,8 +91,9 @@ def pick_replay_group(reports: Path, truth_path: Path) -> str | None:
     groups: Counter[str] = Counter()
     if built.get("csv"):
         try:
-            with open(built["csv"], newline="") as f:
-                groups.update(row["group"] for row in csv.DictReader(f) if row.get("group"))
+            with open(built["csv"], newline="") as f:  # RocketMQ's: the demo replays those
+                rows = [r for r in csv.DictReader(f) if r.get("system") != "rabbitmq"]
+                groups.update(row["group"] for row in rows if row.get("group"))
         except FileNotFoundError:
             pass
     if not groups:
@@ -184,7 +189,7 @@ def build_summary(
     audit = first_audit or after
     built = audit.get("report", {})
     found = built.get("summary", {})
-    audited = _audited(found, clusters)
+    audited = _audited(system_summary(found, ROCKETMQ), clusters)  # RabbitMQ: its own block
     resend = latest(reports, "mq_retry_resend")
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
@@ -326,6 +331,8 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"ground truth:   {check}")
+    if "rabbitmq" in s:
+        lines += rabbit_lines(s["rabbitmq"])
     lines.append("reports:")
     lines += [f"  {k:16} {v}" for k, v in s["reports"].items() if v]
     lines.append("seconds:        " + kv(s["seconds"]))

@@ -40,6 +40,7 @@ CSV_COLUMNS = [
     "replayed_at",
     "cause",
     "as_of_ms",
+    "system",  # rocketmq or rabbitmq (a RabbitMQ group is its queue)
 ]
 
 

@@ -54,6 +54,12 @@ def by_system(tables: Tables) -> dict[str, dict[str, Any]]:
     return out
 
 
+def system_summary(summary: dict[str, Any], system: str) -> dict[str, Any]:
+    """A summary whose finding counts (those of `by_system`) are one system's; a summary
+    written before it counted by system is taken whole."""
+    return {**summary, **summary.get("systems", {}).get(system, {})}
+
+
 def summarize(tables: Tables) -> dict[str, Any]:
     """Counts per table and kind, the lag picture now, and whether anything needs a person."""
     dup = tables["audit_duplicates"]
