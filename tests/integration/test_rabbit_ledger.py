@@ -263,3 +263,42 @@ def test_rabbit_workload_command_writes_truth_and_ledgers(
     idle = conn.channel().queue_declare("idle", passive=True).method.message_count
     conn.close()
     assert idle == counts["never_delivered"]  # still waiting there: a loss only if nobody comes
+
+
+def test_rabbit_workload_command_starts_and_stops_a_node_of_its_own(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import psutil
+
+    from broker_runtime.rabbit.node import RABBIT_BIN, rabbitmq_available
+    from tests.db_servers import _unavailable
+
+    cmd = [sys.executable, "-m", "broker_runtime.cli.main", "rabbit-workload",
+           "--data-dir", str(tmp_path), "--truth", str(tmp_path / "truth.json")]  # fmt: skip
+    for bad in ([], ["--start-node", "--amqp", "amqp://guest:guest@127.0.0.1:1/"]):
+        refused = subprocess.run([*cmd, *bad], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "one of --amqp URL and --start-node" in refused.stderr
+    assert not (tmp_path / "truth.json").exists()
+    if not rabbitmq_available():
+        _unavailable(f"RabbitMQ ({RABBIT_BIN}/rabbitmq-server)")
+    done = subprocess.run([*cmd, "--start-node", "--seed", "3"], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["node"].startswith("mqaudit") and "stopping node" in done.stderr
+    doc = json.loads((tmp_path / "truth.json").read_text())
+    assert (
+        sum(summary["findings"].values()) == len(doc["findings"]) and len(summary["findings"]) == 7
+    )
+    rows = ConsumerLedger.open(tmp_path)
+    assert {r["system"] for r in rows.rows()} == {"rabbitmq"}
+    rows.close()
+    node_dir = str(tmp_path / "rabbitmq")
+    assert (tmp_path / "rabbitmq" / "server.log").is_file()
+    left = [  # the node (its beam runs with the node dir on its command line) was stopped
+        p.info["pid"]
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if any(node_dir in a for a in p.info["cmdline"] or ())
+    ]
+    assert left == []
