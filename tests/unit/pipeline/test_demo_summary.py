@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from broker_runtime.common.findings import COUNTS
-from pipeline.demo_summary import build_summary, format_summary, other_clusters
+from pipeline.demo_summary import build_summary, format_summary, other_clusters, pick_replay_group
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:
@@ -131,3 +133,112 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     assert "lost_after_ack" in s["remediation"]["no_remedy"]
     # Without a second audit there is no loop to show.
     assert build_summary(reports, truth, None, {}, tmp_path, clusters)["remediation"] is None
+
+
+# -- RabbitMQ in the demo: its own truth, its rows of the same lake ------------------------------
+
+
+def test_rocketmq_truth_check_counts_rocketmq_findings_only(tmp_path: Path) -> None:
+    """mq_audit's report counts both systems; the RocketMQ truth check takes RocketMQ's."""
+    reports, truth, clusters = _site(tmp_path)
+    path = reports / "mq_audit" / "r1" / "summary.json"
+    doc = json.loads(path.read_text())
+    rocketmq = dict(doc["report"]["summary"])
+    both = doc["report"]["summary"]
+    both["duplicates"] = {**both["duplicates"], "delivered_twice": 5}  # 3 of RabbitMQ's
+    both |= {"dead_letters": 3, "dead_letters_waiting": 3}
+    rabbitmq = {"duplicates": {"delivered_twice": 3}, "dead_letters": 2}
+    both["systems"] = {"rocketmq": rocketmq, "rabbitmq": rabbitmq}
+    path.write_text(json.dumps(doc))
+    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    assert s["truth_check"]["delivered_twice"] == {"truth": 2, "found": 2, "match": True}
+    assert s["truth_check"]["dead_lettered"] == {"truth": 1, "found": 1, "match": True}
+    assert s["duplicates"]["delivered_twice"] == 2
+
+
+def _audit_table(lake: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from pipeline.lake import AUDIT_TABLES
+    from pipeline.schemas import arrow_schema
+
+    schema = arrow_schema(AUDIT_TABLES[name])
+    write_deltalake(str(lake / name), pa.Table.from_pylist(rows, schema=schema))
+
+
+def _rabbit(kind: str, cause: str, group: str | None, msg_id: str) -> dict[str, Any]:
+    return {"kind": kind, "cause": cause, "group": group, "msg_id": msg_id}
+
+
+def test_rabbitmq_block_scores_the_lakes_rabbitmq_rows_against_its_truth(tmp_path: Path) -> None:
+    from broker_runtime.rabbit.node import RabbitNode
+    from pipeline.demo_rabbit import RabbitSide, rabbit_summary
+
+    lake = tmp_path / "lake"
+    twice = _rabbit("delivered_twice", "requeued", "billing", "r1")
+    lost = _rabbit("unroutable", "no_route", None, "u1")
+    rocket = _rabbit("delivered_twice", "requeued", "billing", "r2")  # a RocketMQ row
+    _audit_table(
+        lake,
+        "audit_duplicates",
+        [{**twice, "system": "rabbitmq", "count": 2}, {**rocket, "system": "rocketmq"}],
+    )
+    _audit_table(lake, "audit_losses", [{**lost, "system": "rabbitmq"}])
+    wrong = _rabbit("expired", "message_ttl", "short", "e1")  # the audit names it otherwise
+    _audit_table(lake, "audit_dead_letters", [{**wrong, "kind": "dead_lettered",
+                                               "system": "rabbitmq"}])  # fmt: skip
+    truth = {"findings": [twice, lost, wrong]}
+    side = RabbitSide(tmp_path / "rabbitmq", lambda url: {})
+    side.node = RabbitNode("mqaudit1@localhost", 1, 2, {}, tmp_path)
+    block = rabbit_summary(None, side, truth, lake)
+    check = block["truth_check"]
+    assert check["delivered_twice"] == {
+        "truth": 1, "found": 1, "both": 1, "precision": 1.0, "recall": 1.0, "match": True,
+    }  # fmt: skip
+    assert check["unroutable"]["match"] and check["unroutable"]["found"] == 1
+    assert check["expired"] == {
+        "truth": 1, "found": 0, "both": 0, "precision": 1.0, "recall": 0.0, "match": False,
+    }  # fmt: skip
+    assert check["dead_lettered"]["precision"] == 0.0 and not check["dead_lettered"]["match"]
+    reports, rocket_truth, _ = _site(tmp_path)
+    s = build_summary(reports, rocket_truth, None, {}, tmp_path)
+    text = format_summary({**s, "rabbitmq": block})
+    assert "vhost demo on node mqaudit1@localhost" in text
+    line = next(x for x in text.splitlines() if x.strip().startswith("expired"))
+    assert "0/1" in line and "recall 0.000" in line and "MISMATCH" in line
+    assert "MISMATCH" not in next(x for x in text.splitlines() if "unroutable" in x)
+    # Not run: one line says why; no node, no Variables.
+    off = rabbit_summary("skipped (--no-rabbitmq)", None, {}, lake)
+    assert off == {"ran": False, "why": "skipped (--no-rabbitmq)"}
+    assert "rabbitmq:       not run: skipped (--no-rabbitmq)" in format_summary(
+        {**s, "rabbitmq": off}
+    )
+
+
+def test_without_rabbitmq_the_demo_goes_on_but_not_under_ci(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pipeline.demo_rabbit as R
+
+    monkeypatch.setattr(R, "rabbitmq_available", lambda: False)
+    monkeypatch.delenv("CI", raising=False)
+    assert R.unavailable_reason(skip=False).startswith("not installed")  # type: ignore[union-attr]
+    assert R.unavailable_reason(skip=True) == "skipped (--no-rabbitmq)"
+    assert set(R.airflow_vars(None).values()) == {""}  # an outer setting cannot win
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(R.RabbitFailed, match="CI=true"):
+        R.unavailable_reason(skip=False)
+    assert R.unavailable_reason(skip=True) == "skipped (--no-rabbitmq)"
+
+
+def test_the_replay_group_is_a_rocketmq_one(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    csv_file = tmp_path / "dead_letters.csv"
+    rows = ["shipping,rabbitmq"] * 3 + ["g1,rocketmq", "g1,"]
+    csv_file.write_text("group,system\n" + "\n".join(rows) + "\n")
+    run = _write(
+        reports / "mq_dlq_report" / "r" / "summary.json", {"report": {"csv": str(csv_file)}}
+    )
+    _write(reports / "mq_dlq_report" / "latest.json", {"summary": str(run)})
+    assert pick_replay_group(reports, tmp_path / "no-truth.json") == "g1"
