@@ -316,7 +316,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines += remediation_lines(s["remediation"])
     if s["problems"]:
         lines.append(
-            "needs attention (the demo's cluster, then each other cluster by name): "
+            "needs attention (the demo's cluster and RabbitMQ, then each other cluster by name): "
             + "; ".join(s["problems"])
         )
     check = s["truth_check"]

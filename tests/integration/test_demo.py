@@ -1,7 +1,8 @@
 """`mqaudit demo` end to end, as a person runs it: a cluster, the fault workload (every
-scenario), every DAG through `airflow dags test`, the workload's other clusters audited, the
-summary and the lakes' findings (message by message) held against the workload's ground
-truth, and every cluster stopped afterwards."""
+scenario), RabbitMQ's node and workload, every DAG through `airflow dags test`, the
+workload's other clusters audited, the summary and the lakes' findings (message by message)
+held against the workload's ground truth (RabbitMQ's against its own), and every cluster and
+node stopped afterwards."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from broker_runtime.rabbit.node import RABBIT_BIN, rabbitmq_available
 from tests.conftest import mqaudit_cmd
+from tests.db_servers import _unavailable
 from tests.integration import truth_compare as C
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.airflow]
@@ -33,6 +36,8 @@ def _running_in(data_dir: Path) -> list[int]:
 def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     tmp_path: Path,
 ) -> None:
+    if not rabbitmq_available():  # the demo runs without it, but this test checks it too
+        _unavailable(f"RabbitMQ ({RABBIT_BIN}/rabbitmq-server)")
     out = tmp_path / "demo"
     done = subprocess.run(
         mqaudit_cmd("demo", "--out", str(out), "--messages", str(MESSAGES)),
@@ -101,5 +106,24 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     steps = {"cluster up", "workload", "airflow db", "mq_audit", "mq_retry_resend"}
     steps |= {"mq_dlq_report", "mq_dlq_replay (dry run)", "mq_dlq_replay", "cluster down"}
     steps |= {"mq_audit (after the remedies)", "other clusters' audits", "total"}
+    steps |= {"rabbitmq workload (waited for)", "rabbitmq down"}
     assert steps <= set(summary["seconds"])
     assert _running_in(out / "cluster") == []  # its own cluster and the workload's others
+
+    # RabbitMQ: its node's workload, audited by the same mq_audit into the same lake, every
+    # finding of its truth found (kind, cause, queue, message) and nothing else; node stopped.
+    rabbit = summary["rabbitmq"]
+    assert rabbit["ran"] and rabbit["vhost"] == "demo", rabbit
+    rabbit_truth = json.loads((out / "rabbit-truth.json").read_text())["findings"]
+    rabbit_check = rabbit["truth_check"]
+    assert set(rabbit_check) == {
+        "delivered_twice", "duplicate_effect", "dead_lettered", "expired", "dropped_maxlen",
+        "never_delivered", "unroutable",
+    }  # fmt: skip
+    for kind, row in rabbit_check.items():
+        n = sum(1 for f in rabbit_truth if f["kind"] == kind)
+        assert (row["truth"], row["found"], row["both"]) == (n, n, n), (kind, row)
+        assert row["precision"] == row["recall"] == 1.0 and row["match"], (kind, row)
+    assert rabbit["workload"]["findings"] == {k: r["truth"] for k, r in rabbit_check.items()}
+    assert "rabbitmq:       vhost demo" in done.stdout
+    assert _running_in(out / "rabbitmq") == []

@@ -75,15 +75,19 @@ CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
 CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
 
 
-def lake_fault_rows(lake: Path) -> list[dict[str, Any]]:
-    """A lake's fault findings (FAULT_TABLES, COLUMNS), read with pyarrow, without Spark."""
+def lake_fault_rows(lake: Path, system: str = "rocketmq") -> list[dict[str, Any]]:
+    """A lake's fault findings (FAULT_TABLES, COLUMNS) of one system (RocketMQ's: the
+    workload's), read with pyarrow, without Spark."""
     from pipeline.delta_files import read_arrow
     from pipeline.lake import AUDIT_TABLES, table_path
 
     return [
-        r
+        {c: r[c] for c in COLUMNS}
         for name in FAULT_TABLES
-        for r in read_arrow(table_path(lake, name), AUDIT_TABLES[name]).select(COLUMNS).to_pylist()
+        for r in read_arrow(table_path(lake, name), AUDIT_TABLES[name])
+        .select([*COLUMNS, "system"])
+        .to_pylist()
+        if (r["system"] or "rocketmq") == system
     ]
 
 
