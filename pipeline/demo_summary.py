@@ -28,7 +28,7 @@ from broker_runtime.common.findings import (
     STORED_TWICE,
     SYSTEMS,
 )
-from pipeline.demo_rabbit import rabbit_lines
+from pipeline.demo_rabbit import RABBITMQ, rabbit_lines
 from pipeline.demo_remedies import remediation, remediation_lines
 from pipeline.reports.summary import system_summary
 
@@ -92,7 +92,7 @@ def pick_replay_group(reports: Path, truth_path: Path) -> str | None:
     if built.get("csv"):
         try:
             with open(built["csv"], newline="") as f:  # RocketMQ's: the demo replays those
-                rows = [r for r in csv.DictReader(f) if r.get("system") != "rabbitmq"]
+                rows = [r for r in csv.DictReader(f) if r.get("system") != RABBITMQ]
                 groups.update(row["group"] for row in rows if row.get("group"))
         except FileNotFoundError:
             pass
