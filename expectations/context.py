@@ -1,6 +1,14 @@
-"""The one GX Data Context of a run: a Spark data source and, per table, its checkpoints.
+"""The one GX Data Context of a run: a data source per engine and, per table, its checkpoints.
 
-Per table the context holds one dataframe asset with a whole-dataframe batch definition, one
+Two engines validate a table's rows with the same suite: pandas, for a table small enough
+to collect (gates.PANDAS_MAX_ROWS): one Spark job fetches it, and GX computes every metric
+in this process in milliseconds; and Spark, for a larger one, where each metric is a Spark
+job (GX bundles some). On the demo's data the Spark engine spent most of the validate step's
+time on those jobs. The suites are written for both (Column row conditions, regexes both
+Java and Python read alike: suites.common.END).
+
+Per table and engine the context holds one dataframe asset with a whole-dataframe batch
+definition, one
 validation definition per table and suite with its checkpoint (pass/fail per expectation,
 cheap on Spark), and, once the table fails, one for the `<suite>.failed` suite that re-runs
 the failed expectations with sample rows named by the table's row id columns. Data Docs
@@ -25,7 +33,8 @@ from great_expectations.data_context.types.resource_identifiers import (
 from expectations.offline_docs import localize
 from expectations.suites import spec_for
 
-SOURCE = "lakehouse"
+SOURCES = {"spark": "lakehouse", "pandas": "lakehouse_pandas"}  # engine -> GX data source
+ENGINES = tuple(SOURCES)
 SITE = "mqaudit"
 BATCH = "whole"
 
@@ -38,6 +47,7 @@ class Gate:
     suite: gx.ExpectationSuite  # as handed in (identity marks it registered)
     stored: gx.ExpectationSuite  # as the context keeps it, with expectation ids
     row_id: tuple[str, ...]
+    engine: str  # "spark" or "pandas": which batch the checkpoints take
     quick: gx.Checkpoint
 
 
@@ -70,8 +80,8 @@ class GateContext:
         self.sample_rows = sample_rows
         self.detail_format = detail_format
         self._configure_docs()
-        self._source = self._spark_source()
-        self._gates: dict[tuple[str, str], Gate] = {}
+        self._sources = {engine: self._source(engine) for engine in ENGINES}
+        self._gates: dict[tuple[str, str, str], Gate] = {}
         self._suites: dict[str, gx.ExpectationSuite] = {}
         self._unpublished: list[Any] = []  # result and suite ids not yet in Data Docs
         self._unpublished_since = 0.0
@@ -98,18 +108,21 @@ class GateContext:
                 },
             )
 
-    def _spark_source(self) -> Any:
-        # persist=True: GX caches the batch, so its many metric jobs scan memory, not files.
+    def _source(self, engine: str) -> Any:
         try:
-            return self.gx.data_sources.get(SOURCE)
+            return self.gx.data_sources.get(SOURCES[engine])
         except KeyError:
-            return self.gx.data_sources.add_spark(name=SOURCE, persist=True)
+            if engine == "pandas":
+                return self.gx.data_sources.add_pandas(name=SOURCES[engine])
+            # persist=True: GX caches the batch, so its many metric jobs scan memory, not files.
+            return self.gx.data_sources.add_spark(name=SOURCES[engine], persist=True)
 
-    def _batch_definition(self, table: str) -> Any:
+    def _batch_definition(self, table: str, engine: str) -> Any:
+        source = self._sources[engine]
         try:
-            asset = self._source.get_asset(table)
+            asset = source.get_asset(table)
         except LookupError:
-            asset = self._source.add_dataframe_asset(name=table)
+            asset = source.add_dataframe_asset(name=table)
         try:
             return asset.get_batch_definition(BATCH)
         except KeyError:
@@ -122,38 +135,43 @@ class GateContext:
         return self._suites[table]
 
     def _register(
-        self, table: str, suite: gx.ExpectationSuite, result_format: dict[str, Any]
+        self, table: str, suite: gx.ExpectationSuite, engine: str, result_format: dict[str, Any]
     ) -> tuple[gx.ExpectationSuite, gx.Checkpoint]:
         stored = self.gx.suites.add_or_update(suite)
+        name = f"{table}.{stored.name}" + ("" if engine == "spark" else f".{engine}")
         validation = self.gx.validation_definitions.add_or_update(
             gx.ValidationDefinition(
-                name=f"{table}.{stored.name}", data=self._batch_definition(table), suite=stored
+                name=name, data=self._batch_definition(table, engine), suite=stored
             )
         )
         checkpoint = self.gx.checkpoints.add_or_update(
             gx.Checkpoint(
-                name=f"gate.{table}.{stored.name}",
+                name=f"gate.{name}",
                 validation_definitions=[validation],
                 result_format=result_format,
             )
         )
         return stored, checkpoint
 
-    def gate(self, table: str, suite: gx.ExpectationSuite, row_id: tuple[str, ...]) -> Gate:
-        """The pass/fail checkpoint validating `table` with `suite`, registered on first use."""
-        key = (table, suite.name)
+    def gate(
+        self, table: str, suite: gx.ExpectationSuite, row_id: tuple[str, ...], engine: str
+    ) -> Gate:
+        """The pass/fail checkpoint validating `table` with `suite` on `engine`'s batches,
+        registered on first use."""
+        key = (table, suite.name, engine)
         known = self._gates.get(key)
         if known is not None and known.suite is suite and known.row_id == row_id:
             return known
-        stored, quick = self._register(table, suite, {"result_format": "BOOLEAN_ONLY"})
-        gate = Gate(table, suite, stored, row_id, quick)
+        stored, quick = self._register(table, suite, engine, {"result_format": "BOOLEAN_ONLY"})
+        gate = Gate(table, suite, stored, row_id, engine, quick)
         self._gates[key] = gate
         return gate
 
     def detail(self, gate: Gate, failed: set[str]) -> tuple[gx.ExpectationSuite, gx.Checkpoint]:
         """A checkpoint re-running only the `failed` expectations (by id), with sample rows.
 
-        Samples cost a Spark job per expectation, so they are fetched for failures only.
+        Samples cost a Spark job per expectation on Spark, so they are fetched for failures
+        only.
         """
         expectations = []
         for expectation in gate.stored.expectations:
@@ -165,6 +183,7 @@ class GateContext:
         return self._register(
             gate.table,
             suite,
+            gate.engine,
             {
                 "result_format": self.detail_format,
                 "unexpected_index_column_names": list(gate.row_id),

@@ -1,9 +1,10 @@
 """Gates: validate a table's DataFrame with its suite; a failed gate stops the task, saying why.
 
-A gate first runs its suite pass/fail only (few Spark jobs: GX bundles the counts). Only if
+A gate first runs its suite pass/fail only (on Spark few jobs: GX bundles the counts; a
+small table is validated by GX's pandas engine instead, see expectations.context). Only if
 that fails, a second checkpoint re-runs just the failed expectations with sample failing
-rows named by the table's row id columns (each sample is a Spark job of its own). Data Docs
-show both: the verdict over the whole suite, then the evidence for what failed.
+rows named by the table's row id columns (on Spark each sample is a job of its own). Data
+Docs show both: the verdict over the whole suite, then the evidence for what failed.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
 from broker_runtime.common.progress import reporter
-from expectations.context import GateContext, shared_context
+from expectations.context import ENGINES, GateContext, shared_context
 from expectations.results import GateResult, summarize
 from expectations.suites import SPECS
 from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
 
 _GATE = reporter("gate")
+# A table of at most this many rows (of the columns its suite reads) is validated by GX's
+# pandas engine, a larger one by its Spark engine (expectations.context says why).
+PANDAS_MAX_ROWS = 200_000
 
 
 class GateFailed(Exception):
@@ -67,6 +71,22 @@ def _checked(df: DataFrame, table: str, spec: SuiteSpec | None, suite: Any) -> D
     return df.select(*[c for c in df.columns if c in wanted])
 
 
+def _batch(checked: DataFrame, engine: str | None) -> tuple[str, Any]:
+    """The engine validating `checked` and its batch: its rows as pandas if there are at
+    most PANDAS_MAX_ROWS (one Spark job fetches them), else the DataFrame. `engine`
+    ("spark" or "pandas") forces one."""
+    if engine not in (None, *ENGINES):
+        raise ValueError(f"unknown gate engine {engine!r}: one of {', '.join(ENGINES)}")
+    if engine == "spark":
+        return "spark", checked
+    table = (checked if engine == "pandas" else checked.limit(PANDAS_MAX_ROWS + 1)).toArrow()
+    if table.num_rows <= PANDAS_MAX_ROWS or engine == "pandas":
+        # A nullable integer column stays Python ints and None (pandas' default makes it
+        # floats, and failing rows would show offsets as 2.0).
+        return "pandas", table.to_pandas(integer_object_nulls=True)
+    return "spark", checked
+
+
 def _only(checkpoint_result: Any) -> Any:
     (validation,) = checkpoint_result.run_results.values()
     return validation
@@ -83,12 +103,14 @@ def run_gate(
     raise_on_failure: bool = True,
     run_name: str | None = None,
     publish: bool = True,
+    engine: str | None = None,
 ) -> GateResult:
     """Validate `df` as `table` with `suite` (default: the table's own) and `params`.
 
     Unset parameters take the suite's defaults. Without `context` the process-wide context
     for `docs_dir` is used. Raises GateFailed on failure unless `raise_on_failure` is false.
-    `publish=False` leaves the Data Docs to the caller's `context.publish_docs()`.
+    `publish=False` leaves the Data Docs to the caller's `context.publish_docs()`. `engine`
+    forces GX's "spark" or "pandas" engine (default: by the table's size, see _batch).
     """
     ctx = _context(context, docs_dir)
     spec = SPECS.get(table)
@@ -96,18 +118,19 @@ def run_gate(
     values = resolve_parameters(suite, spec.defaults if spec else {}, params or {})
     checked = _checked(df, table, spec, suite)
     row_id = tuple(c for c in (spec.row_id if spec else ()) if c in checked.columns)
-    gate = ctx.gate(table, suite, row_id)
     name = run_name or f"gate-{table}"
     started = time.perf_counter()
     try:
-        quick = gate.quick.run(**_run_args(checked, values, name))
+        used, batch = _batch(checked, engine)
+        gate = ctx.gate(table, suite, row_id, used)
+        quick = gate.quick.run(**_run_args(batch, values, name))
         ctx.note(quick)
         verdict = _only(quick)
         failed = {r.expectation_config.id for r in verdict.results if not r.success}
         declared, evidence = gate.stored, None
         if failed:
             declared, detail = ctx.detail(gate, failed)
-            again = detail.run(**_run_args(checked, values, name + "-failed"))
+            again = detail.run(**_run_args(batch, values, name + "-failed"))
             ctx.note(again)
             evidence = _only(again)
     finally:
@@ -116,17 +139,25 @@ def run_gate(
         ctx.publish_docs()
     docs = None if ctx.docs_index is None else str(ctx.docs_index)
     result = summarize(
-        table, suite.name, verdict, evidence, declared, values, time.perf_counter() - started, docs
+        table,
+        suite.name,
+        verdict,
+        evidence,
+        declared,
+        values,
+        time.perf_counter() - started,
+        docs,
+        used,
     )
     if raise_on_failure and not result.success:
         raise GateFailed([result], docs)
     return result
 
 
-def _run_args(df: DataFrame, values: Mapping[str, Any], run_name: str) -> dict[str, Any]:
+def _run_args(batch: Any, values: Mapping[str, Any], run_name: str) -> dict[str, Any]:
     now = datetime.datetime.now(datetime.UTC)
     return {
-        "batch_parameters": {"dataframe": df},
+        "batch_parameters": {"dataframe": batch},
         "expectation_parameters": dict(values),
         "run_id": RunIdentifier(run_name=run_name, run_time=now),
     }
@@ -141,12 +172,13 @@ def run_all_gates(
     raise_on_failure: bool = True,
     run_name: str | None = None,
     progress: Callable[[str], None] | None = _GATE,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """Gate every table of a lake (name -> DataFrame) in one context; a JSON-able summary.
 
     `params` maps table -> parameter overrides. Tables without a suite are listed under
     `unvalidated`, not skipped silently. Raises GateFailed (carrying the summary) after all
-    tables ran if any failed, unless `raise_on_failure` is false.
+    tables ran if any failed, unless `raise_on_failure` is false. `engine` as for run_gate.
     """
     params = params or {}
     stray = sorted(set(params) - set(tables))
@@ -166,6 +198,7 @@ def run_all_gates(
             raise_on_failure=False,
             run_name=run_name,
             publish=False,
+            engine=engine,
         )
         results[table] = result
         if progress is not None:

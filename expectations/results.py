@@ -14,6 +14,8 @@ _NOISE = {"batch_id", "result_format", "catch_exceptions", "meta", "notes", "ren
 
 def plain(value: Any) -> Any:
     """`value` made JSON-able (GX hands back conditions, numpy and Spark row values)."""
+    if isinstance(value, float) and value != value:
+        return None  # NaN: pandas' null in a numeric column
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, Mapping):
@@ -74,6 +76,7 @@ class GateResult:
     params: dict[str, Any]
     seconds: float
     docs_index: str | None = None
+    engine: str = "spark"  # GX's engine that validated the rows: "spark" or "pandas"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +130,8 @@ def _failure(outcome: Any, declared: Mapping[str, Any], values: Mapping[str, Any
         unexpected_count=result.get("unexpected_count"),
         element_count=result.get("element_count"),
         observed_value=plain(result.get("observed_value")),
-        rows=plain(rows or []),
+        # In a stable order: Spark hands samples back in its tasks' order, pandas by index.
+        rows=sorted(plain(rows or []), key=lambda row: json.dumps(row, sort_keys=True)),
         error=error,
     )
 
@@ -141,6 +145,7 @@ def summarize(
     params: Mapping[str, Any],
     seconds: float,
     docs_index: str | None,
+    engine: str = "spark",
 ) -> GateResult:
     """A GateResult from GX's pass/fail `verdict` and, if it failed, the `evidence` run.
 
@@ -158,4 +163,5 @@ def summarize(
         params={k: plain(v) for k, v in params.items()},
         seconds=round(seconds, 3),
         docs_index=docs_index,
+        engine=engine,
     )

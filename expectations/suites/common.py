@@ -12,9 +12,12 @@ from pyspark.sql import DataFrame
 
 from broker_runtime.common.constants import NAME_PATTERN
 
-# Java regex for Spark's rlike, the same rule as broker_runtime.common.topics (names become
-# paths on the broker); \z rather than $ so that a trailing newline does not pass.
-NAME_REGEX = rf"^{NAME_PATTERN}\z"  # GX runs it in Spark (Java regex)
+# Suites' regexes are read by Java (Spark's rlike) and by Python (pandas) alike: `$` lets a
+# trailing newline pass in both, `\z` is Java's only, so a regex ends with END, a lookahead
+# that means "end of input" in both.
+END = r"(?![\s\S])"
+# The same rule as broker_runtime.common.topics (names become paths on the broker).
+NAME_REGEX = rf"^{NAME_PATTERN}{END}"
 
 # Epoch milliseconds before 2001-09-09: a timestamp this small was written in seconds (or is
 # garbage), which every later time comparison would silently get wrong.

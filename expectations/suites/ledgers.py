@@ -15,6 +15,7 @@ from great_expectations.expectations.row_conditions import Column
 from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, MAX_RECONSUME_TIMES
 from broker_runtime.ledger.schema import Outcome, Settle, StubStatus, System
 from expectations.suites.common import (
+    END,
     MIN_TIMESTAMP_MS,
     SuiteSpec,
     at_least,
@@ -68,7 +69,7 @@ def message_stub_suite() -> gx.ExpectationSuite:
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
             gxe.ExpectColumnValuesToBeInSet(column="system", value_set=SYSTEMS),
             *legal_names(["topic"], ROCKETMQ_ROWS),
-            gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=r"^[0-9a-f]{64}\z"),
+            gxe.ExpectColumnValuesToMatchRegex(column="body_hash", regex=rf"^[0-9a-f]{{64}}{END}"),
             gxe.ExpectColumnValuesToBeBetween(
                 column="send_count", min_value=0, max_value=param("max_send_count")
             ),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from expectations import gates as gates_module
 from expectations.context import GateContext
 from expectations.gates import GateFailed, run_all_gates, run_gate
 from expectations.suites import SPECS
@@ -37,6 +39,7 @@ def test_good_lake_passes_every_gate_quietly(
     assert set(summary["tables"]) == set(SPECS)
     assert summary["unvalidated"] == ["ingest_checkpoint"]
     assert all(t["evaluated"] > 0 and not t["failures"] for t in summary["tables"].values())
+    assert {t["engine"] for t in summary["tables"].values()} == {"pandas"}  # small tables
     assert summary["docs_index"] == str(docs_dir / "index.html")
     assert (docs_dir / "index.html").is_file()
     assert json.loads(json.dumps(summary)) == summary
@@ -59,6 +62,48 @@ def test_bad_table_fails_exactly_the_expectations_it_breaks(
         assert failure["error"] is None
         # Row checks show failing rows; table checks show what they counted.
         assert failure["rows"] or failure["observed_value"] is not None
+
+
+def _verdicts(summary: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        table: sorted(
+            (f["expectation"], f["columns"], f["unexpected_count"], f["observed_value"], f["rows"])
+            for f in result["failures"]
+        )
+        for table, result in summary["tables"].items()
+    }
+
+
+def test_spark_and_pandas_engines_find_the_same_failures_and_rows(
+    spark: SparkSession, gates: GateContext, bad_run: GateFailed
+) -> None:
+    # bad_run chose pandas (small tables); Spark's engine must fail the same rows alike.
+    assert bad_run.summary is not None
+    assert {t["engine"] for t in bad_run.summary["tables"].values()} == {"pandas"}
+    on_spark = run_all_gates(
+        lake(spark, bad=True),
+        context=gates,
+        run_name="bad-lake-spark",
+        progress=None,
+        raise_on_failure=False,
+        engine="spark",
+    )
+    assert {t["engine"] for t in on_spark["tables"].values()} == {"spark"}
+    assert _verdicts(on_spark) == _verdicts(bad_run.summary)
+
+
+def test_a_table_above_the_pandas_limit_goes_to_spark(
+    spark: SparkSession, gates: GateContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [msg(i * 200, 0, i) for i in range(3)]
+    monkeypatch.setattr(gates_module, "PANDAS_MAX_ROWS", 3)
+    small = run_gate(frame(spark, TABLES["messages"], rows), "messages", context=gates)
+    monkeypatch.setattr(gates_module, "PANDAS_MAX_ROWS", 2)
+    large = run_gate(frame(spark, TABLES["messages"], rows), "messages", context=gates)
+    assert (small.engine, large.engine) == ("pandas", "spark")
+    assert small.success and large.success
+    with pytest.raises(ValueError, match="unknown gate engine 'dask'"):
+        run_gate(frame(spark, TABLES["messages"], rows), "messages", context=gates, engine="dask")
 
 
 def test_failure_message_names_table_expectation_parameter_and_rows(
