@@ -54,6 +54,7 @@ def mq_retry_resend() -> None:
             ("--namesrv", "mqaudit_namesrv"),
             ("--ledger-url", "mqaudit_ledger_url"),
             ("--max-send-count", "mqaudit_max_send_count"),
+            ("--rabbit-url", "mqaudit_rabbit_url"),  # empty: no RabbitMQ stubs resent
         ]:
             args += [option, var_template(name)]
         submitted("resend", args)

@@ -131,6 +131,8 @@ def test_spark_submit_mode_submits_the_spark_steps(
         assert args[args.index("--max-send-count") + 1] == var_template("mqaudit_max_send_count")
     resend = bag.dags["mq_retry_resend"].get_task("resend")
     assert resend.application_args[0] == "resend"
+    args = resend.application_args  # RabbitMQ's unconfirmed stubs are resent there too
+    assert args[args.index("--rabbit-url") + 1] == var_template("mqaudit_rabbit_url")
 
 
 def test_the_audit_interval_is_a_parse_time_variable(
