@@ -8,9 +8,10 @@ docker/schema/), then checked for what the schema cannot see: every named volume
 and depends_on target declared; bind-mount sources, build contexts, Dockerfiles and build
 targets present; healthchecks in exec form on every long-running service; no two services
 publishing one host port; fixed addresses inside their subnet and unique; CPU and memory
-limits everywhere. The Dockerfile: COPY sources present, --from stages known, every target
-ending as a non-root user. Versions: the images' Delta jars (docker/spark/delta-jars.txt)
-and Spark distribution are those of requirements.lock's delta-spark and pyspark.
+limits everywhere. The Dockerfile (docker/check_dockerfile.py): COPY sources present, --from
+stages known, every target ending as a non-root user. Versions: the images' Delta jars
+(docker/spark/delta-jars.txt) and Spark distribution are those of requirements.lock's
+delta-spark and pyspark.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,22 @@ COMPOSE = HERE / "compose.yaml"
 SCHEMA = HERE / "schema" / "compose-spec.json"
 _VAR = re.compile(r"\$(?:\$|\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _DEPENDS_CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
+
+
+def _sibling(name: str) -> Any:
+    """docker/NAME.py as a module (docker/ is scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The Dockerfile's checks (docker/check_dockerfile.py).
+df_checks = _sibling("check_dockerfile")
 
 
 class InterpolationError(ValueError):
@@ -120,117 +136,6 @@ def schema_errors(doc: dict[str, Any], schema_path: Path = SCHEMA) -> list[str]:
     ]
 
 
-# ---- the Dockerfile -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Instruction:
-    line: int
-    keyword: str
-    args: str
-
-
-def parse_dockerfile(text: str) -> list[Instruction]:
-    """Instructions with continuation lines joined; comments dropped."""
-    out: list[Instruction] = []
-    parts: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if not parts and (not stripped or stripped.startswith("#")):
-            continue
-        if parts and stripped.startswith("#"):
-            continue  # a comment inside a continued instruction
-        if not parts:
-            start = number
-        if stripped.endswith("\\"):
-            parts.append(stripped[:-1].strip())
-            continue
-        parts.append(stripped)
-        keyword, _, args = " ".join(p for p in parts if p).partition(" ")
-        out.append(Instruction(start, keyword.upper(), args.strip()))
-        parts = []
-    return out
-
-
-def _flags_and_paths(args: str) -> tuple[dict[str, str], list[str]]:
-    if args.startswith("["):
-        words = [str(w) for w in json.loads(args)]
-    else:
-        words = args.split()
-    flags = {}
-    while words and words[0].startswith("--"):
-        key, _, value = words.pop(0)[2:].partition("=")
-        flags[key] = value
-    return flags, words
-
-
-def dockerfile_stages(instructions: list[Instruction]) -> dict[str, dict[str, Any]]:
-    """stage name -> {"base": image or stage, "user": last USER (inherited), "args": ARG names}."""
-    stages: dict[str, dict[str, Any]] = {}
-    current: dict[str, Any] | None = None
-    for ins in instructions:
-        if ins.keyword == "FROM":
-            words = ins.args.split()
-            base = next(w for w in words if not w.startswith("--"))
-            name = words[-1] if len(words) >= 3 and words[-2].upper() == "AS" else None
-            inherited = stages.get(base, {}).get("user", "root")
-            current = {"base": base, "user": inherited, "args": set()}
-            stages[name or f"#{len(stages)}"] = current
-        elif current is not None and ins.keyword == "USER":
-            current["user"] = ins.args.split(":")[0]
-        elif current is not None and ins.keyword == "ARG":
-            current["args"].add(ins.args.split("=")[0])
-    return stages
-
-
-def global_args(instructions: list[Instruction]) -> dict[str, str]:
-    """ARGs declared before the first FROM, with their defaults."""
-    found = {}
-    for ins in instructions:
-        if ins.keyword == "FROM":
-            break
-        if ins.keyword == "ARG":
-            name, _, default = ins.args.partition("=")
-            found[name] = default
-    return found
-
-
-def dockerfile_problems(path: Path, context: Path, targets: set[str]) -> list[str]:
-    """Problems of the Dockerfile; `targets` (the stages images are built from) must not
-    end as root."""
-    instructions = parse_dockerfile(path.read_text())
-    stages = dockerfile_stages(instructions)
-    problems = []
-    seen: set[str] = set()
-    current = ""
-    for ins in instructions:
-        where = f"{path.name}:{ins.line}"
-        if ins.keyword == "FROM":
-            words = ins.args.split()
-            current = words[-1] if len(words) >= 3 and words[-2].upper() == "AS" else ""
-            seen.add(current)
-        if ins.keyword in ("CMD", "ENTRYPOINT") and not ins.args.startswith("["):
-            problems.append(f"{where}: {ins.keyword} in shell form (signals never reach it)")
-        if ins.keyword not in ("COPY", "ADD"):
-            continue
-        flags, words = _flags_and_paths(ins.args)
-        sources = words[:-1]
-        if not sources:
-            problems.append(f"{where}: {ins.keyword} without a source")
-        if "from" in flags:
-            if flags["from"] not in seen and not re.search(r"[:/]", flags["from"]):
-                problems.append(f"{where}: --from={flags['from']} is no earlier stage")
-            continue
-        for source in sources:
-            if not list(context.glob(source)):
-                problems.append(f"{where}: {ins.keyword} source {source} is not in the context")
-    for target in sorted(targets):
-        if target not in stages:
-            problems.append(f"{path.name}: no stage {target}")
-        elif stages[target]["user"] in ("root", "0"):
-            problems.append(f"{path.name}: target {target} runs as root")
-    return problems
-
-
 # ---- the compose file's structure ---------------------------------------------------------
 def _volume_source(entry: Any) -> tuple[str, str]:
     """("bind" | "volume", source) of a short- or long-syntax service volume."""
@@ -267,9 +172,9 @@ def _build_problems(name: str, build: Any, base: Path) -> list[str]:
     dockerfile = context / build.get("dockerfile", "Dockerfile")
     if not dockerfile.is_file():
         return [f"{name}: build file {dockerfile} does not exist"]
-    instructions = parse_dockerfile(dockerfile.read_text())
-    stages = dockerfile_stages(instructions)
-    declared = set(global_args(instructions)).union(*(s["args"] for s in stages.values()))
+    instructions = df_checks.parse_dockerfile(dockerfile.read_text())
+    stages = df_checks.dockerfile_stages(instructions)
+    declared = set(df_checks.global_args(instructions)).union(*(s["args"] for s in stages.values()))
     problems = []
     if build.get("target") and build["target"] not in stages:
         problems.append(f"{name}: build target {build['target']} is no stage of {dockerfile.name}")
@@ -360,18 +265,6 @@ def structure_problems(doc: dict[str, Any], base: Path = HERE) -> list[str]:
     return problems
 
 
-def _load_fetch_maven_jars() -> Any:
-    """docker/fetch_maven_jars.py's list parser (docker/ is scripts, not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fetch_maven_jars", HERE / "fetch_maven_jars.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def locked_versions(lock: Path) -> dict[str, str]:
     """Package name (lower case, `-` for `_`) -> version, from `name==version` lines."""
     pins = {}
@@ -398,7 +291,7 @@ def version_problems(
     problems = []
     coords = {
         (c.group, c.artifact): c.version
-        for c in _load_fetch_maven_jars().parse_list(jars.read_text(), str(jars))
+        for c in _sibling("fetch_maven_jars").parse_list(jars.read_text(), str(jars))
     }
     for artifact in (f"delta-spark_{line}_2.13", "delta-storage"):
         have = coords.get(("io.delta", artifact))
@@ -414,7 +307,9 @@ def version_problems(
             and artifact != f"delta-spark_{line}_2.13"
         ):
             problems.append(f"{jars.name}: {artifact} is not for Spark {line} / Scala 2.13")
-    image = global_args(parse_dockerfile(dockerfile.read_text())).get("SPARK_IMAGE", "")
+    image = df_checks.global_args(df_checks.parse_dockerfile(dockerfile.read_text())).get(
+        "SPARK_IMAGE", ""
+    )
     if not image.partition(":")[2].startswith(f"{spark}-scala2.13-"):
         problems.append(f"{dockerfile.name}: SPARK_IMAGE {image} is not Spark {spark} / Scala 2.13")
     return problems
@@ -433,14 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     problems = schema_errors(doc) + structure_problems(doc)
     builds = [s["build"] for s in doc["services"].values() if isinstance(s.get("build"), dict)]
     targets = {b.get("target", "") for b in builds}
-    problems += dockerfile_problems(HERE / "Dockerfile", HERE.parent, targets - {""})
+    problems += df_checks.dockerfile_problems(HERE / "Dockerfile", HERE.parent, targets - {""})
     problems += version_problems()
     image = (
         doc["services"].get("spark-master", {}).get("build", {}).get("args", {}).get("SPARK_IMAGE")
     )
     if (
         image is not None
-        and image != global_args(parse_dockerfile((HERE / "Dockerfile").read_text()))["SPARK_IMAGE"]
+        and image
+        != df_checks.global_args(df_checks.parse_dockerfile((HERE / "Dockerfile").read_text()))[
+            "SPARK_IMAGE"
+        ]
     ):
         problems.append(f"compose.yaml: SPARK_IMAGE {image} is not the Dockerfile's")
     for problem in problems:

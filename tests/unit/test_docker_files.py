@@ -44,6 +44,7 @@ def load_module(name: str) -> ModuleType:
 
 
 cc = load_module("check_compose")
+cdf = load_module("check_dockerfile")
 
 
 def example_env(**overrides: str) -> dict[str, str]:
@@ -193,12 +194,12 @@ def test_structure_check_catches(compose: dict[str, Any], mutate: Any, expected:
 
 # ---- the Dockerfile -----------------------------------------------------------------------
 def dockerfile() -> list[Any]:
-    instructions: list[Any] = cc.parse_dockerfile((DOCKER / "Dockerfile").read_text())
+    instructions: list[Any] = cdf.parse_dockerfile((DOCKER / "Dockerfile").read_text())
     return instructions
 
 
 def test_dockerfile_has_no_problems() -> None:
-    assert cc.dockerfile_problems(DOCKER / "Dockerfile", REPO, {"mqaudit", "spark"}) == []
+    assert cdf.dockerfile_problems(DOCKER / "Dockerfile", REPO, {"mqaudit", "spark"}) == []
 
 
 def test_dockerfile_check_catches_faults(tmp_path: Path) -> None:
@@ -208,7 +209,7 @@ def test_dockerfile_check_catches_faults(tmp_path: Path) -> None:
         "COPY --from=nowhere /x /y\nCMD mqaudit --help\n"
         "FROM base AS app\nUSER app\nFROM app AS rooted\nUSER root\n"
     )
-    problems = cc.dockerfile_problems(tmp_path / "Dockerfile", tmp_path, {"app", "rooted", "gone"})
+    problems = cdf.dockerfile_problems(tmp_path / "Dockerfile", tmp_path, {"app", "rooted", "gone"})
     assert any("missing.txt is not in the context" in p for p in problems), problems
     assert not any("there.txt" in p for p in problems)
     assert any("--from=nowhere" in p for p in problems)
@@ -219,7 +220,7 @@ def test_dockerfile_check_catches_faults(tmp_path: Path) -> None:
 
 
 def test_images_match_the_locked_python_and_spark() -> None:
-    args = cc.global_args(dockerfile())
+    args = cdf.global_args(dockerfile())
     assert args["PYTHON_IMAGE"].startswith("python:3.11-")
     import pyspark
 
