@@ -23,14 +23,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from broker_runtime.common.findings import SYSTEMS
+from broker_runtime.common.findings import RABBITMQ
 from broker_runtime.rabbit.node import RABBIT_BIN, RabbitNode, rabbitmq_available, rabbitmq_node
 from broker_runtime.workload.truth_compare import scores
 from pipeline.delta_files import read_arrow, table_exists
 from pipeline.lake import AUDIT_TABLES, table_path
 
 VHOST = "demo"
-RABBITMQ = SYSTEMS[1]
 # The audit tables RabbitMQ's findings go to.
 FINDING_TABLES = ("audit_duplicates", "audit_losses", "audit_dead_letters", "resend_candidates")
 SCENARIO = "rabbitmq"  # the truth_compare key's scenario: one workload run

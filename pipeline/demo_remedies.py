@@ -24,9 +24,9 @@ from broker_runtime.common.findings import (
     LOST_AFTER_ACK,
     RESEND_DUE,
     RETRIED_THEN_OK,
+    ROCKETMQ,
     ROLLED_BACK_BUT_DELIVERED,
     STORED_TWICE,
-    SYSTEMS,
 )
 from pipeline.reports.summary import system_summary
 
@@ -70,8 +70,8 @@ def remediation(
     """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`
     and `replay`: the summaries of mq_retry_resend and of the real mq_dlq_replay."""
     # RocketMQ's findings: the remedies the demo runs act on its cluster only.
-    before = system_summary(first.get("report", {}).get("summary", {}), SYSTEMS[0])
-    now = system_summary(after.get("report", {}).get("summary", {}), SYSTEMS[0])
+    before = system_summary(first.get("report", {}).get("summary", {}), ROCKETMQ)
+    now = system_summary(after.get("report", {}).get("summary", {}), ROCKETMQ)
     group = replay.get("request", {}).get("group")
     loops = {
         RESEND_DUE: _loop(

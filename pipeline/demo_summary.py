@@ -24,15 +24,15 @@ from broker_runtime.common.findings import (
     KINDS,
     LAG,
     LOST_AFTER_ACK,
+    RABBITMQ,
     RESEND_DUE,
+    ROCKETMQ,
     STORED_TWICE,
-    SYSTEMS,
 )
-from pipeline.demo_rabbit import RABBITMQ, rabbit_lines
+from pipeline.demo_rabbit import rabbit_lines
 from pipeline.demo_remedies import remediation, remediation_lines
 from pipeline.reports.summary import system_summary
 
-ROCKETMQ = SYSTEMS[0]  # truth.json's, the clusters': RabbitMQ's is pipeline.demo_rabbit's
 # The truth kinds the demo holds against the audit (retried_then_ok is no problem to count).
 TRANSACTION_KINDS = KINDS["audit_transactions"]
 COMPARED_KINDS = (

@@ -60,8 +60,10 @@ DEATH_REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 NEVER_ACKNOWLEDGED = "never_acknowledged"  # no SEND_OK came back: no queue offset known
 OFFSET_PASSED_BY_CONSUMERS = "offset_passed_by_consumers"  # acked late; consumers went past
 
-# Whose finding a row is (every audit table's `system`).
-SYSTEMS = ("rocketmq", "rabbitmq")
+# Whose finding a row is (every audit table's `system`; a row without one is RocketMQ's).
+ROCKETMQ = "rocketmq"
+RABBITMQ = "rabbitmq"
+SYSTEMS = (ROCKETMQ, RABBITMQ)
 
 # Why a transaction is a finding (audit_transactions.cause).
 NEVER_CHECKED = "never_checked"  # no check-back re-appended it: no producer of its group

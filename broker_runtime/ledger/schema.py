@@ -19,6 +19,8 @@ from sqlalchemy import (
     text,
 )
 
+from broker_runtime.common import findings
+
 
 class StubStatus(StrEnum):
     UNCONFIRMED = "UNCONFIRMED"  # recorded before the send; no acknowledgement yet
@@ -35,8 +37,8 @@ class Outcome(StrEnum):
 class System(StrEnum):
     """The broker a ledger row is about; `topic` is a RabbitMQ row's exchange."""
 
-    ROCKETMQ = "rocketmq"
-    RABBITMQ = "rabbitmq"
+    ROCKETMQ = findings.ROCKETMQ
+    RABBITMQ = findings.RABBITMQ
 
 
 class Settle(StrEnum):

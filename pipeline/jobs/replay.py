@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from broker_runtime.common.findings import RABBITMQ, ROCKETMQ
 from broker_runtime.common.message import REPLAY_ID_PROPERTY
 from broker_runtime.common.progress import reporter
 from pipeline import schemas
@@ -44,7 +45,6 @@ from pipeline.remediation.sends import Row, reconcile, send_all
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 Target: TypeAlias = BrokerTarget | RabbitTarget
-RABBITMQ = "rabbitmq"
 
 
 def _now_ms() -> int:
@@ -96,9 +96,9 @@ def dead_letters_df(
     )
 
 
-def read_log(io: DeltaIO, lake: str, group: str, system: str = "rocketmq") -> list[LogEntry]:
+def read_log(io: DeltaIO, lake: str, group: str, system: str = ROCKETMQ) -> list[LogEntry]:
     df = io.read(DLQ_REPLAY_LOG.path(lake), DLQ_REPLAY_LOG.schema)
-    mine = (F.col("group") == group) & (F.coalesce(F.col("system"), F.lit("rocketmq")) == system)
+    mine = (F.col("group") == group) & (F.coalesce(F.col("system"), F.lit(ROCKETMQ)) == system)
     return [LogEntry.of(r.asDict()) for r in df.filter(mine).collect()]
 
 
@@ -217,7 +217,7 @@ def send_step(
 
 
 _MISSING = {
-    "rocketmq": "the dead letter is no longer in the lake",
+    ROCKETMQ: "the dead letter is no longer in the lake",
     RABBITMQ: "no kept body whose sha256 is the stub's (or the dead letter is no longer in the "
     "lake): the producer must keep bodies (LedgeredPublisher(keep_bodies=True))",
 }

@@ -31,8 +31,8 @@ def latest_lag(lag: pd.DataFrame) -> pd.DataFrame:
 def of_system(df: pd.DataFrame, system: str) -> pd.DataFrame:
     """The rows of one system (rows without `system` are RocketMQ's, as in the lake)."""
     if "system" not in df.columns:
-        return df if system == findings.SYSTEMS[0] else df.iloc[0:0]
-    return df[df["system"].fillna(findings.SYSTEMS[0]) == system]
+        return df if system == findings.ROCKETMQ else df.iloc[0:0]
+    return df[df["system"].fillna(findings.ROCKETMQ) == system]
 
 
 def by_system(tables: Tables) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,7 @@ from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform
 from pipeline.transforms.dead_letters import replays
 
-RABBITMQ = "rabbitmq"
+RABBITMQ = findings.RABBITMQ
 CONSUMED = "CONSUMED"
 
 
@@ -50,7 +50,7 @@ def of_rabbitmq(df: DataFrame) -> DataFrame:
 
 def not_rabbitmq(df: DataFrame) -> DataFrame:
     """RocketMQ's rows (rows ingested before `system` existed are RocketMQ's)."""
-    return df.filter(F.coalesce(F.col("system"), F.lit("rocketmq")) != RABBITMQ)
+    return df.filter(F.coalesce(F.col("system"), F.lit(findings.ROCKETMQ)) != RABBITMQ)
 
 
 def newest_death(log: DataFrame) -> DataFrame:
