@@ -35,59 +35,57 @@ def of_system(df: pd.DataFrame, system: str) -> pd.DataFrame:
     return df[df["system"].fillna(findings.ROCKETMQ) == system]
 
 
-def by_system(tables: Tables) -> dict[str, dict[str, Any]]:
-    """Per system, its findings counted as the summary counts them: duplicates and losses
-    by kind, duplicates by cause, dead letters (and those waiting), resend candidates."""
-    out = {}
-    for system in findings.SYSTEMS:
-        dup = of_system(tables["audit_duplicates"], system)
-        dlq = of_system(tables["audit_dead_letters"], system)
-        waiting = dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq
-        out[system] = {
-            "duplicates": _by(dup, "kind"),
-            "duplicate_causes": _by(dup, "cause"),
-            "losses": _by(of_system(tables["audit_losses"], system), "kind"),
-            "dead_letters": len(dlq),
-            "dead_letters_waiting": len(waiting),
-            "resend_candidates": len(of_system(tables["resend_candidates"], system)),
-        }
-    return out
+def finding_counts(tables: Tables, system: str | None = None) -> dict[str, Any]:
+    """The findings counted as the summary counts them (duplicates and losses by kind,
+    duplicates by cause, dead letters and those waiting, resend candidates), of every
+    system or of `system`'s rows only."""
+
+    def rows(name: str) -> pd.DataFrame:
+        return tables[name] if system is None else of_system(tables[name], system)
+
+    dup, dlq = rows("audit_duplicates"), rows("audit_dead_letters")
+    return {
+        "duplicates": _by(dup, "kind"),
+        "duplicate_causes": _by(dup, "cause"),
+        "losses": _by(rows("audit_losses"), "kind"),
+        "dead_letters": len(dlq),
+        "dead_letters_waiting": len(_waiting(dlq)),
+        "resend_candidates": len(rows("resend_candidates")),
+    }
+
+
+def _waiting(dlq: pd.DataFrame) -> pd.DataFrame:
+    """Dead letters not replayed yet."""
+    return dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq
 
 
 def system_summary(summary: dict[str, Any], system: str) -> dict[str, Any]:
-    """A summary whose finding counts (those of `by_system`) are one system's; a summary
+    """A summary whose finding counts (those of `finding_counts`) are one system's; a summary
     written before it counted by system is taken whole."""
     return {**summary, **summary.get("systems", {}).get(system, {})}
 
 
 def summarize(tables: Tables) -> dict[str, Any]:
     """Counts per table and kind, the lag picture now, and whether anything needs a person."""
-    dup = tables["audit_duplicates"]
-    losses = tables["audit_losses"]
-    dlq = tables["audit_dead_letters"]
     now = latest_lag(tables["audit_lag"])
-    waiting = dlq[~dlq["replayed"].astype(bool)] if not dlq.empty else dlq
+    waiting = _waiting(tables["audit_dead_letters"])
     as_of = [int(t["as_of_ms"].max()) for t in tables.values() if not t.empty]
     statuses = _by(now, "status")
-    duplicates, losses_by_kind = _by(dup, "kind"), _by(losses, "kind")
+    counts = finding_counts(tables)
+    duplicates, losses_by_kind = counts["duplicates"], counts["losses"]
     consistency = _by(tables["consistency"], "kind")
     lag_status = {s: statuses.get(s, 0) for s in findings.LAG_STATUSES}
     manual = len(tables["manual_handling"])
     out: dict[str, Any] = {
         "as_of_ms": max(as_of) if as_of else None,
-        "duplicates": duplicates,
-        "duplicate_causes": _by(dup, "cause"),
-        "losses": losses_by_kind,
+        **counts,
         "lag_status": lag_status,
         "lag_max_messages": int(now["lag_messages"].max()) if not now.empty else 0,
         "lag_max_ms": int(now["lag_ms"].max()) if now["lag_ms"].notna().any() else 0,
-        "dead_letters": len(dlq),
-        "dead_letters_waiting": len(waiting),
         "dead_letter_max_age_ms": int(waiting["age_ms"].max()) if not waiting.empty else 0,
-        "resend_candidates": len(tables["resend_candidates"]),
         "manual_handling": manual,
         "consistency": consistency,
-        "systems": by_system(tables),
+        "systems": {system: finding_counts(tables, system) for system in findings.SYSTEMS},
     }
     problems = []
     if losses_by_kind:
