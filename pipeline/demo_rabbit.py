@@ -26,8 +26,7 @@ from typing import Any
 from broker_runtime.common.findings import RABBITMQ
 from broker_runtime.rabbit.node import RABBIT_BIN, RabbitNode, rabbitmq_available, rabbitmq_node
 from broker_runtime.workload.truth_compare import scores
-from pipeline.delta_files import read_arrow, table_exists
-from pipeline.lake import AUDIT_TABLES, table_path
+from pipeline.lake import system_rows
 
 VHOST = "demo"
 # The audit tables RabbitMQ's findings go to.
@@ -104,14 +103,7 @@ def airflow_vars(side: RabbitSide | None) -> dict[str, str]:
 
 def lake_rows(lake: Path) -> list[dict[str, Any]]:
     """The lake's RabbitMQ findings (FINDING_TABLES), read with pyarrow."""
-    out = []
-    for name in FINDING_TABLES:
-        path = table_path(lake, name)
-        if table_exists(path):
-            rows = read_arrow(path, AUDIT_TABLES[name]).select(["kind", "cause", "group",
-                                                                 "msg_id", "system"])  # fmt: skip
-            out += [r for r in rows.to_pylist() if r["system"] == RABBITMQ]
-    return out
+    return system_rows(lake, FINDING_TABLES, RABBITMQ, ["kind", "cause", "group", "msg_id"])
 
 
 def _key(f: dict[str, Any]) -> tuple[str, str, str, str | None, str | None]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql.types import StructType
 
+from broker_runtime.common.findings import ROCKETMQ
 from pipeline import audit_schemas, schemas
 
 if TYPE_CHECKING:
@@ -118,6 +119,22 @@ def existing(lake: str | Path, names: Iterable[str]) -> tuple[str, ...]:
     from pipeline.delta_io import table_exists
 
     return tuple(n for n in names if table_exists(table_path(lake, n)))
+
+
+def system_rows(
+    lake: str | Path, names: Iterable[str], system: str, columns: list[str]
+) -> list[dict[str, Any]]:
+    """The `columns` of one system's rows of the named audit tables (a row without `system`
+    is RocketMQ's), read with pyarrow, without Spark; a table not written yet has none."""
+    from pipeline.delta_files import read_arrow, table_exists
+
+    out = []
+    for name in names:
+        path = table_path(lake, name)
+        if table_exists(path):
+            rows = read_arrow(path, AUDIT_TABLES[name]).select([*columns, "system"]).to_pylist()
+            out += [{c: r[c] for c in columns} for r in rows if (r["system"] or ROCKETMQ) == system]
+    return out
 
 
 def read_tables(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.findings import ROCKETMQ
 from broker_runtime.common.message import UNIQ_KEY
 from broker_runtime.common.topics import (
     SCHEDULE_TOPIC,
@@ -23,6 +24,7 @@ from broker_runtime.workload import truth as T
 from broker_runtime.workload.journal import Delivery
 from broker_runtime.workload.truth_compare import Key
 from broker_runtime.workload.truth_compare import precision_recall as precision_recall
+from pipeline.lake import system_rows
 from tests.integration.test_workload import messages
 
 
@@ -75,20 +77,10 @@ CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
 CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
 
 
-def lake_fault_rows(lake: Path, system: str = "rocketmq") -> list[dict[str, Any]]:
+def lake_fault_rows(lake: Path, system: str = ROCKETMQ) -> list[dict[str, Any]]:
     """A lake's fault findings (FAULT_TABLES, COLUMNS) of one system (RocketMQ's: the
     workload's), read with pyarrow, without Spark."""
-    from pipeline.delta_files import read_arrow
-    from pipeline.lake import AUDIT_TABLES, table_path
-
-    return [
-        {c: r[c] for c in COLUMNS}
-        for name in FAULT_TABLES
-        for r in read_arrow(table_path(lake, name), AUDIT_TABLES[name])
-        .select([*COLUMNS, "system"])
-        .to_pylist()
-        if (r["system"] or "rocketmq") == system
-    ]
+    return system_rows(lake, FAULT_TABLES, system, COLUMNS)
 
 
 def concurrent(k: Key) -> bool:
