@@ -145,7 +145,7 @@ def summarize(
     params: Mapping[str, Any],
     seconds: float,
     docs_index: str | None,
-    engine: str = "spark",
+    engine: str,
 ) -> GateResult:
     """A GateResult from GX's pass/fail `verdict` and, if it failed, the `evidence` run.
 
