@@ -1,12 +1,11 @@
 """`audit_filters`: SQL92 subscriptions applied wrongly, judged by the broker's own evaluator.
 
-A group's expression on a topic is the latest `consumer_filters` row of (cluster, broker, topic,
-group)
-snapshotted by T (SQL92 only: RocketMQ keeps no tag subscriptions there). Each message of
-that topic on that broker is judged by `broker_runtime.common.sql_filter`, the evaluator the
-broker filters pulls with, over the properties stored with it: a Python UDF, the one place
-the audit runs the broker's rule row by row (a second implementation in `F.*` could only
-disagree with the broker's). An expression that does not compile judges nothing.
+A group's expression on a topic is the latest `consumer_filters` row of (cluster, broker,
+topic, group) snapshotted by T (SQL92 only: RocketMQ keeps no tag subscriptions there). Each
+message of that topic on that broker is judged by `broker_runtime.common.sql_filter`, the
+evaluator the broker filters pulls with, over the properties stored with it: a Python UDF,
+the one place the audit runs the broker's rule row by row (a second implementation in `F.*`
+could only disagree with the broker's). An expression that does not compile judges nothing.
 
 - `filtered_wrongly`, cause `delivered_but_excluded`: the group received a message (a first
   delivery: retries come back through %RETRY%{group}, which the broker does not filter) its
@@ -74,8 +73,8 @@ _MATCHES = F.udf(lambda expression, properties: sql_matches(expression, properti
 
 
 def group_expressions(filters: DataFrame, as_of_ms: int) -> DataFrame:
-    """(cluster, broker, topic, group) -> its SQL92 expression and when the broker registered it, from
-    the latest snapshot by T (a master's, where it has one)."""
+    """(cluster, broker, topic, group) -> its SQL92 expression and when the broker registered
+    it, from the latest snapshot by T (a master's, where it has one)."""
     known = filters.filter(
         (F.col("snapshot_ts") <= as_of_ms) & (F.col("expression_type") == SQL92)
     ).withColumnRenamed("consumer_group", "group")
