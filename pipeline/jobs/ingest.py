@@ -324,7 +324,7 @@ class _Ingest:
     def _summary(self, plan: ingest_state.RunPlan, started: float) -> IngestResult:
         seconds = time.monotonic() - started
         messages = sum(
-            r.get("rows", 0) for k, r in self.results.items() if k[2] == ingest_state.COMMITLOG
+            r.get("rows", 0) for k, r in self.results.items() if k[3] == ingest_state.COMMITLOG
         )
         reasons: dict[str, int] = {}
         for q in self.quarantine:

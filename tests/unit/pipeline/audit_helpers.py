@@ -130,7 +130,9 @@ def offsets(spark: SparkSession, rows: Rows) -> DataFrame:
 
 def ingested(spark: SparkSession, until: int = T0 + 10**9) -> DataFrame:
     """broker-a's commitlog read to its end at `until`."""
-    return spark.createDataFrame([("broker-a", until)], "broker string, ingested_to_ms long")
+    return spark.createDataFrame(
+        [(DEFAULT_CLUSTER, "broker-a", until)], "cluster string, broker string, ingested_to_ms long"
+    )
 
 
 def replays(spark: SparkSession, rows: Rows) -> DataFrame:
