@@ -76,7 +76,8 @@ def test_ranges_tile_the_log_from_the_checkpoint(tmp_path: Path) -> None:
 
 
 def _row(run: int, status: str, source: str, nxt: int, end: int) -> dict[str, object]:
-    return {"run": run, "status": status, "cluster": "c1", "broker": "b", "broker_id": 0, "store_dir": "/s",
+    return {"run": run, "status": status, "cluster": "c1", "broker": "b", "broker_id": 0,
+            "store_dir": "/s",
             "source": source, "start_offset": 0, "plan_end": end, "next_offset": nxt}  # fmt: skip
 
 
