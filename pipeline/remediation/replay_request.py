@@ -66,6 +66,7 @@ class ReplayRequest:
     # published to (as the audit's dead_lettered rows say), the times when a consumer of the
     # dead-letter queue logged them.
     system: str = "rocketmq"
+    cluster: str | None = None  # None: the lake's only cluster (pipeline.lake.one_cluster)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (an XCom value); `from_dict` reads it back."""
@@ -262,6 +263,7 @@ class RepairRequest:
     messages_per_second: float = DEFAULTS["messages_per_second"]
     dry_run: bool = True
     force: bool = False
+    cluster: str | None = None  # None: the lake's only cluster (pipeline.lake.one_cluster)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "msg_ids": list(self.msg_ids)}
