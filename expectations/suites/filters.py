@@ -39,6 +39,7 @@ def consumer_filters_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "snapshot_ts",

@@ -51,6 +51,7 @@ def messages_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "phys_offset",

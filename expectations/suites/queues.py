@@ -32,7 +32,10 @@ def consume_queue_suite() -> gx.ExpectationSuite:
         name=CONSUME_QUEUE,
         expectations=[
             *not_null(
-                ["broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset", "size"]
+                [
+                    *("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset"),
+                    *("phys_offset", "size"),
+                ]
             ),
             gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["consume_queue"].key)),
             *at_least(0, ["broker_id", "queue_id", "queue_offset", "phys_offset"]),
@@ -55,6 +58,7 @@ def consumer_offsets_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "snapshot_ts",

@@ -39,6 +39,7 @@ def transactions_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "producer_group",
                     "uniq_key",
