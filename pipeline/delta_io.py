@@ -261,14 +261,15 @@ class DeltaIO:
     def fill_nulls(self, path: str, column: str, value: str) -> int:
         """Set `column` to `value` in each row where it is null, in one commit (none if no
         row is); returns the rows changed."""
-        where = f"`{column}` IS NULL"
         if self.backend == "native":
-            table = f"delta.`{path}`"
+            table, where = f"delta.`{path}`", f"`{column}` IS NULL"
             n = int(self.spark.sql(f"SELECT count(*) FROM {table} WHERE {where}").first()[0])
             if n:
                 self.spark.sql(f"UPDATE {table} SET `{column}` = '{_sql_str(value)}' WHERE {where}")
             return n
-        metrics = DeltaTable(path).update(updates={column: f"'{_sql_str(value)}'"}, predicate=where)
+        metrics = DeltaTable(path).update(  # delta-rs' SQL (DataFusion): '' escapes a quote
+            updates={column: "'" + value.replace("'", "''") + "'"}, predicate=f"{column} IS NULL"
+        )
         return int(metrics.get("num_updated_rows", 0))
 
     def merge_upsert(
