@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "dry_run": True,
     "force": False,
     "system": "rocketmq",
+    "cluster": None,  # the lake's only cluster (or the replaying data dir's)
 }
 
 
@@ -202,6 +203,12 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
             "dead-letter queue must be asked for explicitly (e.g. from_time=0)"
         )
     max_messages, rate = _limits(p, problems)
+    cluster = None
+    if p["cluster"] is not None:
+        try:
+            cluster = validate_group(p["cluster"])
+        except ValueError as e:
+            problems.append(f"cluster: {e}")
     if problems:
         raise ReplayParamError(problems)
     return ReplayRequest(
@@ -215,6 +222,7 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
         dry_run=bool(p["dry_run"]),
         force=bool(p["force"]),
         system=str(system),
+        cluster=cluster,
     )
 
 
