@@ -1,6 +1,7 @@
 """`mqaudit demo` end to end, as a person runs it: a cluster, the fault workload (every
 scenario), RabbitMQ's node and workload, every DAG through `airflow dags test`, the
-workload's other clusters audited, the summary and the lakes' findings (message by message)
+workload's own clusters audited in the same lake, the summary and the lake's findings
+(message by message)
 held against the workload's ground truth (RabbitMQ's against its own), and every cluster and
 node stopped afterwards."""
 
