@@ -100,7 +100,13 @@ def summarize(tables: Tables) -> dict[str, Any]:
         "manual_handling": manual,
         "consistency": consistency,
         "systems": {system: finding_counts(tables, system) for system in findings.SYSTEMS},
-        "clusters": {c: finding_counts(tables, cluster=c) for c in clusters_of(tables)},
+        "clusters": {
+            c: {
+                **finding_counts(tables, cluster=c),
+                "systems": {s: finding_counts(tables, s, c) for s in findings.SYSTEMS},
+            }
+            for c in clusters_of(tables)
+        },
     }
     problems = []
     if losses_by_kind:
