@@ -386,7 +386,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     },
     "audit_dead_letters": {
         (_BETWEEN, ("age_ms",)),
-        (_COMPOUND, ("broker", "topic", "queue_id", "queue_offset")),
+        (_COMPOUND, ("cluster", "broker", "topic", "queue_id", "queue_offset")),
     },
     "resend_candidates": {(_UNIQUE, ("msg_id",))},
     "manual_handling": {(_ROWS, ())},
