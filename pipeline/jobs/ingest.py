@@ -23,7 +23,13 @@ from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import ingest_state
-from pipeline.jobs.ingest_sources import Ledgers, find_brokers, find_ledgers, paths
+from pipeline.jobs.ingest_sources import (
+    Ledgers,
+    check_names,
+    find_brokers,
+    find_ledgers,
+    paths,
+)
 from pipeline.jobs.ledger_ingest import merge_ledgers
 from pipeline.jobs.maintenance import lake_lock
 from pipeline.jobs.migrate import refuse_unkeyed
@@ -59,8 +65,7 @@ def run_ingest(
     `allow_no_brokers` accepts a data dir without brokers (a RabbitMQ system's ledgers)."""
     started = time.monotonic()
     dirs = paths(data_dirs)
-    if cluster is not None and len(dirs) > 1:
-        raise ValueError("a cluster name is for one data dir: each of several names its own")
+    check_names(dirs, cluster)
     brokers = find_brokers(dirs, broker_name, cluster, broker_confs, not allow_no_brokers)
     ledgers = find_ledgers(dirs, cluster, ledger_url, brokers)
     spark = spark or build_spark("mqaudit-ingest", master)

@@ -57,20 +57,26 @@ def find_brokers(
     return found
 
 
+def check_names(dirs: list[Path], cluster: str | None) -> None:
+    """Each data dir a cluster of its own name (refused otherwise, before anything is read:
+    their ledgers' row ids would collide, and so would brokers of the same name)."""
+    if cluster is not None and len(dirs) > 1:
+        raise ValueError("a cluster name is for one data dir: each of several names its own")
+    names = [cluster_of(d, cluster) for d in dirs]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        twice = [str(d) for d, n in zip(dirs, names, strict=True) if n == name]
+        raise ValueError(f"data dirs {twice} are all cluster {name}: each needs its own name")
+
+
 def find_ledgers(
     dirs: list[Path], cluster: str | None, ledger_url: str | None, brokers: list[Broker]
 ) -> list[Ledgers]:
     """Each data dir's ledgers as its cluster's; `ledger_url` as the first one's (or, with
-    broker configs only, as their one cluster's). Two data dirs of one cluster are refused:
-    their ledgers' row ids would collide."""
+    broker configs only, as their one cluster's)."""
     out = [
         Ledgers(cluster_of(d, cluster), ledger_sources(d, ledger_url if i == 0 else None))
         for i, d in enumerate(dirs)
     ]
-    names = [x.cluster for x in out]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        twice = [str(d) for d, n in zip(dirs, names, strict=True) if n == name]
-        raise ValueError(f"data dirs {twice} are all cluster {name}: each needs its own name")
     if not dirs and ledger_url:
         clusters = sorted({b.cluster for b in brokers}) or [cluster or DEFAULT_CLUSTER]
         if len(clusters) > 1:

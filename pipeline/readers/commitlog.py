@@ -58,7 +58,7 @@ class RangeTask:
 
     @property
     def range_id(self) -> str:
-        return f"{self.broker}/{self.broker_id}/{self.file_from + self.start}"
+        return f"{self.cluster}/{self.broker}/{self.broker_id}/{self.file_from + self.start}"
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
