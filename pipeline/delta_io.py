@@ -263,7 +263,7 @@ class DeltaIO:
         row is); returns the rows changed."""
         if self.backend == "native":
             table, where = f"delta.`{path}`", f"`{column}` IS NULL"
-            n = int(self.spark.sql(f"SELECT count(*) FROM {table} WHERE {where}").first()[0])
+            n = self.spark.sql(f"SELECT * FROM {table} WHERE {where}").count()
             if n:
                 self.spark.sql(f"UPDATE {table} SET `{column}` = '{_sql_str(value)}' WHERE {where}")
             return n
