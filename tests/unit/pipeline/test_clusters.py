@@ -117,7 +117,12 @@ def _old_table(lake: Path, name: str, data: list[dict[str, Any]]) -> None:
     write_deltalake(table_path(lake, name), pa.Table.from_pylist(data, arrow_schema(schema)))
 
 
-def test_an_old_lake_is_refused_until_migrated_once(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["embedded", "native"])
+def test_an_old_lake_is_refused_until_migrated_once(
+    spark: SparkSession, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MQAUDIT_DELTA_BACKEND", backend)  # the migration commits with either
+    assert DeltaIO(spark).backend == backend
     data = make_cluster(tmp_path)
     lake = tmp_path / "old"
     stub = {"msg_id": "K1", "topic": "T", "status": "CONFIRMED", "send_count": 1, "broker": "b"}
