@@ -130,7 +130,10 @@ STUB_SPEC = SuiteSpec(
     MESSAGE_STUB,
     message_stub_suite,
     STUB_DEFAULTS,
-    ("msg_id", "topic", "status", "send_count", "broker", "queue_id", "queue_offset", "system"),
+    (
+        *("cluster", "msg_id", "topic", "status", "send_count", "broker", "queue_id"),
+        *("queue_offset", "system"),
+    ),
     doc={
         "max_send_count": "send_count in [0, max_send_count]",
         "min_timestamp_ms": _TIMESTAMP_DOC,
@@ -141,6 +144,7 @@ LOG_SPEC = SuiteSpec(
     message_log_suite,
     LOG_DEFAULTS,
     (
+        "cluster",
         "id",
         "msg_id",
         "group",

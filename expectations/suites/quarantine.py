@@ -62,6 +62,6 @@ SPEC = SuiteSpec(
     TABLE,
     quarantine_suite,
     DEFAULTS,
-    ("broker", "broker_id", "file", "position", "length", "reason", "final"),
+    ("cluster", "broker", "broker_id", "file", "position", "length", "reason", "final"),
     doc=DOC,
 )

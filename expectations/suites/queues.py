@@ -82,13 +82,13 @@ CONSUME_QUEUE_SPEC = SuiteSpec(
     CONSUME_QUEUE,
     consume_queue_suite,
     {},
-    ("broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset"),
+    ("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset"),
     with_consume_queue_checks,
 )
 CONSUMER_OFFSETS_SPEC = SuiteSpec(
     CONSUMER_OFFSETS,
     consumer_offsets_suite,
     CONSUMER_OFFSETS_DEFAULTS,
-    ("broker", "broker_id", "snapshot_ts", "consumer_group", "topic", "queue_id"),
+    ("cluster", "broker", "broker_id", "snapshot_ts", "consumer_group", "topic", "queue_id"),
     doc={"min_timestamp_ms": "snapshot_ts is epoch milliseconds at least this large"},
 )

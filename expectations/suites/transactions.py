@@ -73,6 +73,6 @@ SPEC = SuiteSpec(
     TABLE,
     transactions_suite,
     DEFAULTS,
-    ("broker", "producer_group", "uniq_key", "topic", "half_queue_offset", "state"),
+    ("cluster", "broker", "producer_group", "uniq_key", "topic", "half_queue_offset", "state"),
     doc=DOC,
 )
