@@ -47,9 +47,11 @@ def discover_brokers(
     directory's name), broker id 0. Broker names must be legal group names (they end up in
     partition paths and SQL predicates): InvalidNameError otherwise.
     """
-    brokers = _brokers(data_dir, broker_name)
-    name = cluster_of(data_dir, cluster) if brokers else DEFAULT_CLUSTER
-    return [Broker(validate_group(b.name), b.broker_id, b.store_dir, name) for b in brokers]
+    name = cluster_of(data_dir, cluster)
+    return [
+        Broker(validate_group(b.name), b.broker_id, b.store_dir, name)
+        for b in _brokers(data_dir, broker_name)
+    ]
 
 
 def _brokers(data_dir: Path, broker_name: str | None) -> list[Broker]:
