@@ -39,10 +39,8 @@ def read_table(url: str, table: str, schema: StructType, cluster: str) -> Iterat
                 raise LedgerError(f"{table} in {engine.url!r} has no column(s) {missing}")
             # A ledger older than the added columns: their defaults in their place.
             picked: list[Any] = [
-                literal(cluster).label(f.name)
-                if f.name == "cluster"
-                else t.c[f.name]
-                if f.name in t.c
+                t.c[f.name]  # the lake's cluster wins over a ledger's own column
+                if f.name in t.c and f.name != "cluster"
                 else literal(given[f.name]).label(f.name)
                 for f in schema.fields
             ]

@@ -78,7 +78,7 @@ def to_messages(raw: pa.RecordBatch, run: int, cluster: str) -> pa.RecordBatch:
         "delay_level": _ints(raw.column("prop_delay")),
         "ingest_run": pa.array(np.full(raw.num_rows, run, dtype=np.int64)),
         "store_date": store_dates(raw.column("store_ts")),
-        "cluster": pa.array([cluster] * raw.num_rows, pa.string()),
+        "cluster": pa.repeat(pa.scalar(cluster, pa.string()), raw.num_rows),
     }
     columns = [derived[f.name] if f.name in derived else raw.column(f.name) for f in MESSAGES_ARROW]
     return pa.RecordBatch.from_arrays(columns, schema=MESSAGES_ARROW)

@@ -95,7 +95,7 @@ def read_cq_file(task: CqFile, run: int) -> pa.RecordBatch:
         pa.array(size[keep]),
         pa.array(e["tags"][keep].astype(np.int64)),
         pa.array(np.full(n, run, dtype=np.int64)),
-        pa.array([task.cluster] * n, pa.string()),
+        pa.repeat(pa.scalar(task.cluster, pa.string()), n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=_CQ_ARROW)
 
