@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.common.message import (
     DELAY,
     KEYS,
@@ -359,7 +360,7 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
     # Recomputed from the ranges for each table: cheaper than caching the bodies and maps.
     raw = raw_messages(spark, n)
     tables = {
-        "messages": to_messages(raw, 1),
+        "messages": to_messages(raw, 1, DEFAULT_CLUSTER),
         "consume_queue": consume_queue(raw),
         "consumer_offsets": offsets(spark, n),
         "message_stub": stubs(spark, raw, n),
@@ -372,7 +373,8 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         parts = LAKE_TABLES[name].partitions
         io.ensure_table(path, schema, parts)
         if name in tables:
-            rows[name] = io.append(tables[name], path, schema, parts)
+            df = tables[name].withColumn("cluster", F.lit(DEFAULT_CLUSTER))  # one cluster
+            rows[name] = io.append(df, path, schema, parts)
             print(f"  {lake.name}: {name} {rows[name]:,} rows", file=sys.stderr, flush=True)
     done.write_text(json.dumps({**made, "rows": rows}))
     return rows

@@ -12,6 +12,7 @@ Variable mqaudit_rabbit_url says where to publish, the producer ledger holds the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
@@ -55,6 +56,9 @@ def _target(s: Any, request: Any) -> Any:
         "system": Param(
             "rocketmq", type="string", enum=["rocketmq", "rabbitmq"], description="whose DLQ"
         ),
+        "cluster": Param(
+            None, type=["null", "string"], description="whose DLQ (default: mqaudit_data_dir's)"
+        ),
     },
 )
 def mq_dlq_replay() -> None:
@@ -63,14 +67,18 @@ def mq_dlq_replay() -> None:
         """The request, checked; the replay id is stable across retries of this run."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from pipeline.readers.layout import cluster_of
         from pipeline.remediation.replay_plan import replay_id_for
         from pipeline.remediation.replay_request import parse_request
 
         ctx = get_current_context()
         try:
             request = parse_request(dict(ctx["params"]))
+            settings = load_settings()
+            if request.cluster is None:  # the cluster the DAG's name servers serve
+                request = replace(request, cluster=cluster_of(settings.data_dir))
             if not request.dry_run:  # a real replay needs the broker: say so now
-                _target(load_settings(), request)
+                _target(settings, request)
         except ValueError as e:
             raise AirflowFailException(str(e)) from None
         replay_id = replay_id_for(ctx["dag"].dag_id, ctx["run_id"])

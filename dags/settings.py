@@ -8,6 +8,8 @@ login/password = access/secret key); without either, the data dir's cluster.json
 | Variable               | default            | meaning                                     |
 |------------------------|--------------------|---------------------------------------------|
 | mqaudit_data_dir       | ~/mqaudit/data     | the cluster's data dir (broker files, ledger)|
+| mqaudit_data_dirs      | (none)             | more clusters' data dirs, ':'-separated:    |
+|                        |                    | mq_audit ingests them into the same lake    |
 | mqaudit_lake           | ~/mqaudit/lake     | Delta tables at LAKE/<table>                |
 | mqaudit_reports        | ~/mqaudit/reports  | reports, Data Docs and run summaries        |
 | mqaudit_namesrv        | (cluster.json)     | name servers, host:port;host:port           |
@@ -46,6 +48,7 @@ START = pendulum.datetime(2024, 1, 1, tz="UTC")  # static: runs are never backfi
 DOCS = "data-docs"  # Data Docs under REPORTS
 DEFAULTS: dict[str, str] = {
     "mqaudit_data_dir": "~/mqaudit/data",
+    "mqaudit_data_dirs": "",
     "mqaudit_lake": "~/mqaudit/lake",
     "mqaudit_reports": "~/mqaudit/reports",
     "mqaudit_namesrv": "",
@@ -121,6 +124,7 @@ class Settings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     access_key: str | None = None
     secret_key: str | None = None
+    more_data_dirs: tuple[Path, ...] = ()  # other clusters audited in the same lake
 
     def target(self) -> Any:
         """The BrokerTarget of the remediation jobs; ValueError if no name server is known."""
@@ -144,6 +148,7 @@ class Settings:
     def as_dict(self) -> dict[str, Any]:
         return {
             "data_dir": str(self.data_dir),
+            "more_data_dirs": [str(d) for d in self.more_data_dirs],
             "lake": str(self.lake),
             "reports": str(self.reports),
             "namesrv": self.namesrv,
@@ -179,6 +184,7 @@ def load_settings() -> Settings:
     """Inside a task: every setting resolved (Variables, Connection, defaults). The steps'
     progress lines go to the task's stderr, as under the CLI."""
     from broker_runtime.common.progress import show_progress
+    from pipeline.steps import split_dirs
 
     show_progress()
     data_dir = Path(variable("mqaudit_data_dir")).expanduser().resolve()
@@ -212,6 +218,9 @@ def load_settings() -> Settings:
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
         access_key=(conn.login or None) if conn is not None else None,
         secret_key=(conn.password or None) if conn is not None else None,
+        more_data_dirs=tuple(
+            d.expanduser().resolve() for d in split_dirs([variable("mqaudit_data_dirs")])
+        ),
     )
 
 
@@ -280,7 +289,7 @@ def step_inputs(settings: Settings, dag_id: str, ctx: Any) -> Any:
     key = interval_key(ctx)
     return RunInputs(
         lake=settings.lake,
-        data_dir=settings.data_dir,
+        data_dirs=(settings.data_dir, *settings.more_data_dirs),
         out=settings.reports / dag_id / key,
         docs=settings.reports / DOCS,
         run_name=f"{dag_id}-{key}",
@@ -299,7 +308,9 @@ def step_templates(dag_id: str) -> dict[str, str]:
     reports = var_template("mqaudit_reports")
     return {
         "lake": var_template("mqaudit_lake"),
-        "data_dir": var_template("mqaudit_data_dir"),
+        "data_dirs": var_template("mqaudit_data_dir")
+        + os.pathsep
+        + var_template("mqaudit_data_dirs"),
         "out": f"{reports}/{dag_id}/{INTERVAL_TEMPLATE}",
         "docs": f"{reports}/{DOCS}",
         "run_name": f"{dag_id}-{INTERVAL_TEMPLATE}",

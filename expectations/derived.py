@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 # A queue as the broker knows it: its offsets are dense and ordered per (topic, queue) of one
 # store; master and slave each have their own commitlog, hence broker_id.
-QUEUE = ("broker", "broker_id", "topic", "queue_id")
+QUEUE = ("cluster", "broker", "broker_id", "topic", "queue_id")
 # A consumer group's view of one such queue, as audit_lag reports it per snapshot.
 LAG_QUEUE = ("group", *QUEUE)
 

@@ -4,7 +4,8 @@ Every audit table starts with the finding columns `msg_id` (UNIQ_KEY; null where
 about one message), `group` (null where not per consumer group), `kind`, `cause` and `count`,
 and ends with `as_of_ms`, the run's clock, then the columns added later: `system`, whose
 finding it is (rocketmq or rabbitmq; for RabbitMQ `group` is the queue and `topic` the
-exchange). Each table is rewritten whole by every audit run.
+exchange), and `cluster`, the cluster the finding is about (see pipeline.schemas). Each table
+is rewritten whole by every audit run.
 """
 
 from __future__ import annotations
@@ -24,19 +25,20 @@ FINDING = "msg_id:str, group:str, kind:str, cause:str, count:long"
 
 AUDIT_DUPLICATES = struct_of(
     f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, first_ts:long,"
-    " last_ts:long, clients:str, consumed:long, detail:str, as_of_ms:long, system:str"
+    " last_ts:long, clients:str, consumed:long, detail:str, as_of_ms:long, system:str,"
+    " cluster:str"
 )
 
 AUDIT_LOSSES = struct_of(
     f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, first_ts:long,"
     " last_ts:long, committed_offset:long, min_offset:long, detail:str, as_of_ms:long,"
-    " system:str"
+    " system:str, cluster:str"
 )
 
 AUDIT_LAG = struct_of(
     f"{FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, snapshot_ts:long,"
     " committed_offset:long, max_offset:long, lag_messages:long, lag_ms:long, stuck_ms:long,"
-    " status:str, first_ts:long, as_of_ms:long, system:str"
+    " status:str, first_ts:long, as_of_ms:long, system:str, cluster:str"
 )
 
 # One element per retry copy the broker stored in %RETRY%{group}, oldest first.
@@ -54,7 +56,7 @@ _DEAD_LETTER_HEAD = struct_of(
 )
 _DEAD_LETTER_TAIL = struct_of(
     "deliveries:long, last_outcome:str, replayed:bool, replay_status:str, replayed_at:long,"
-    " as_of_ms:long, system:str, death:str"
+    " as_of_ms:long, system:str, death:str, cluster:str"
 )
 AUDIT_DEAD_LETTERS = StructType(
     [
@@ -69,22 +71,24 @@ _STUB_COLUMNS = (
     " send_count:int, next_resend_at:long, created_at:long, updated_at:long"
 )
 RESEND_CANDIDATES = struct_of(
-    f"{FINDING}, {_STUB_COLUMNS}, max_log_offset:long, as_of_ms:long, system:str"
+    f"{FINDING}, {_STUB_COLUMNS}, max_log_offset:long, as_of_ms:long, system:str, cluster:str"
 )
 MANUAL_HANDLING = struct_of(
-    f"{FINDING}, {_STUB_COLUMNS}, in_message_log:bool, as_of_ms:long, system:str"
+    f"{FINDING}, {_STUB_COLUMNS}, in_message_log:bool, as_of_ms:long, system:str, cluster:str"
 )
 
 CONSISTENCY = struct_of(
     f"{FINDING}, topic:str, broker:str, broker_id:int, queue_id:int, queue_offset:long,"
-    " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long, system:str"
+    " phys_offset:long, first_ts:long, last_ts:long, detail:str, as_of_ms:long, system:str,"
+    " cluster:str"
 )
 
 # One row per stub a resend run acted on (see pipeline.remediation.resend_plan); `system`
 # (added later, null: rocketmq) whose stub it is; a RabbitMQ row's `broker` is the vhost.
 RESEND_LOG = struct_of(
     "run_id:str, msg_id:str, topic:str, action:str, reason:str, send_count:int,"
-    " next_resend_at:long, broker:str, queue_id:int, new_offset:long, ts:long, system:str"
+    " next_resend_at:long, broker:str, queue_id:int, new_offset:long, ts:long, system:str,"
+    " cluster:str"
 )
 
 # One row per replay event of the DLQ replay (see pipeline.remediation.replay_plan); the
@@ -92,14 +96,14 @@ RESEND_LOG = struct_of(
 # RabbitMQ `group` is the queue the message died in, `topic` the exchange it goes back to.
 DLQ_REPLAY_LOG = struct_of(
     "replay_id:str, msg_id:str, group:str, topic:str, status:str, reason:str,"
-    " new_offset:long, ts:long, system:str"
+    " new_offset:long, ts:long, system:str, cluster:str"
 )
 
 # One row per repair event of a lost_after_ack loss (pipeline.jobs.repair), as the replay
 # log: planned, sent (where the broker stored the copy), skipped or failed and why.
 REPAIR_LOG = struct_of(
     "repair_id:str, msg_id:str, topic:str, status:str, reason:str, broker:str, queue_id:int,"
-    " new_offset:long, ts:long"
+    " new_offset:long, ts:long, cluster:str"
 )
 
 # One row per transaction finding (pipeline.transforms.transaction_audit); `group` is the
@@ -107,12 +111,13 @@ REPAIR_LOG = struct_of(
 AUDIT_TRANSACTIONS = struct_of(
     f"{FINDING}, producer_group:str, topic:str, broker:str, queue_id:int, queue_offset:long,"
     " half_queue_offset:long, checks:int, state:str, first_ts:long, last_ts:long, age_ms:long,"
-    " detail:str, as_of_ms:long, system:str"
+    " detail:str, as_of_ms:long, system:str, cluster:str"
 )
 
 # One row per (message, group) a group's SQL92 expression was applied to wrongly
 # (pipeline.transforms.filter_audit); `expression` is the group's, from consumer_filters.
 AUDIT_FILTERS = struct_of(
     f"{FINDING}, topic:str, broker:str, queue_id:int, queue_offset:long, expression:str,"
-    " first_ts:long, last_ts:long, committed_offset:long, detail:str, as_of_ms:long, system:str"
+    " first_ts:long, last_ts:long, committed_offset:long, detail:str, as_of_ms:long, system:str,"
+    " cluster:str"
 )

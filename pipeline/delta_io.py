@@ -258,6 +258,20 @@ class DeltaIO:
             shutil.rmtree(stage, ignore_errors=True)
         return n
 
+    def fill_nulls(self, path: str, column: str, value: str) -> int:
+        """Set `column` to `value` in each row where it is null, in one commit (none if no
+        row is); returns the rows changed."""
+        if self.backend == "native":
+            table, where = f"delta.`{path}`", f"`{column}` IS NULL"
+            n = self.spark.sql(f"SELECT * FROM {table} WHERE {where}").count()
+            if n:
+                self.spark.sql(f"UPDATE {table} SET `{column}` = '{_sql_str(value)}' WHERE {where}")
+            return n
+        metrics = DeltaTable(path).update(  # delta-rs' SQL (DataFusion): '' escapes a quote
+            updates={column: "'" + value.replace("'", "''") + "'"}, predicate=f"{column} IS NULL"
+        )
+        return int(metrics.get("num_updated_rows", 0))
+
     def merge_upsert(
         self,
         df: DataFrame,

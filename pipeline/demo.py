@@ -9,14 +9,14 @@ show what the remedies repaired (the summary's repair loop: found -> acted on ->
 prints a short summary (also OUT/summary.json) and where the reports are, and stops the
 cluster, also on failure.
 
-The workload runs some scenarios on clusters of its own (OUT/cluster/scenarios/<name>);
-those are ingested and audited into lakes of their own (pipeline.demo_clusters) in the
-background while the DAGs run, and the summary counts their findings too.
+The workload runs some scenarios on clusters of their own (OUT/cluster/scenarios/<name>,
+each cluster named after its scenario); mq_audit ingests and audits them with the demo's
+cluster into the one lake (the Variable mqaudit_data_dirs), and the summary counts per
+cluster.
 
     OUT/cluster  the cluster's data dir (brokers, name servers, ledgers)
     OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
     OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step
-    OUT/cluster-lakes/<name>           the workload's other clusters' lakes
     OUT/rabbitmq the RabbitMQ node's files   OUT/rabbit-truth.json  its workload's truth
 """
 
@@ -122,8 +122,6 @@ class Demo:
         self.airflow_home = self.out / "airflow"
         self.logs = self.out / "logs"
         self.truth = self.out / "truth.json"
-        self.cluster_lakes = self.out / "cluster-lakes"
-        self.clusters_json = self.reports / "workload_clusters.json"
         self.rabbit_root = self.out / "rabbitmq"
         self.rabbit_truth = self.out / "rabbit-truth.json"
         self.rabbitmq = rabbitmq
@@ -154,14 +152,12 @@ class Demo:
         self.prepare()
         why_not = unavailable_reason(skip=not self.rabbitmq)
         migrate: subprocess.Popen[bytes] | None = None
-        audits: subprocess.Popen[bytes] | None = None
         first_audit: dict[str, Any] | None = None
         try:
             migrate = self.start_migrate()
             self.step("cluster up", self.cluster_up)
             self.start_rabbit(why_not)
             workload = self.step("workload", self.workload)
-            audits = self.start_cluster_audits()
             self.step("airflow db", lambda: self.wait_migrate(migrate))
             if self.rabbit is not None:
                 self.step("rabbitmq workload (waited for)", self.rabbit.wait)
@@ -185,21 +181,17 @@ class Demo:
                 "mq_audit (after the remedies)",
                 lambda: self.dag_test("mq_audit", label="mq_audit-after"),
             )
-            if audits is not None:
-                self.step("other clusters' audits", lambda: self.wait_cluster_audits(audits))
         finally:
-            for proc in (migrate, audits):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            if migrate is not None and migrate.poll() is None:
+                migrate.kill()
+                migrate.wait()
             if self.rabbit is not None:
                 self.step("rabbitmq down", self.rabbit.stop)
             self.step("cluster down", self.cluster_down)
         self.timings["total"] = round(time.monotonic() - self.started, 1)
-        clusters = load_json(self.clusters_json)
         rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(
-            self.reports, self.truth, workload, self.timings, self.out, clusters, first_audit
+            self.reports, self.truth, workload, self.timings, self.out, first_audit
         )
         summary["rabbitmq"] = rabbit  # printed by format_summary
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -209,7 +201,7 @@ class Demo:
         """A fresh run: an old cluster stopped, the demo's own folders emptied."""
         if (self.data_dir / "cluster.json").exists():
             self.cluster_down()
-        old = (self.data_dir, self.lake, self.cluster_lakes, self.reports, self.airflow_home)
+        old = (self.data_dir, self.lake, self.reports, self.airflow_home)
         for d in (*old, self.logs, self.rabbit_root):
             shutil.rmtree(d, ignore_errors=True)
         for f in (self.truth, self.rabbit_truth, self.out / "summary.json"):
@@ -257,30 +249,6 @@ class Demo:
         )  # fmt: skip
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
 
-    def start_cluster_audits(self) -> subprocess.Popen[bytes] | None:
-        """Ingest and audit the workload's other clusters in the background (one Spark
-        session, pipeline.demo_clusters); None if it ran on the demo's cluster only."""
-        dirs = other_clusters(load_json(self.truth), self.data_dir)
-        if not dirs:
-            return None
-        self.say(f"   auditing the workload's {len(dirs)} other clusters in the background")
-        argv = [
-            sys.executable, "-m", "pipeline.demo_clusters", "--lakes", str(self.cluster_lakes),
-            "--out", str(self.clusters_json), "--spark-conf", json.dumps(SMALL_DATA_SPARK),
-            *map(str, dirs),
-        ]  # fmt: skip
-        self.reports.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / "other-clusters.log", "wb") as log:  # the child keeps its copy
-            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_cluster_audits(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.wait() != 0:
-            log = self.logs / "other-clusters.log"
-            raise DemoError(
-                f"the audit of the workload's other clusters failed (exit {proc.returncode});"
-                f" see {log}:\n{tail(log)}"
-            )
-
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:
         import dags
@@ -292,6 +260,10 @@ class Demo:
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.airflow_home / 'airflow.db'}",
             AIRFLOW_VAR_MQAUDIT_DATA_DIR=str(self.data_dir),
+            # The workload's own clusters, audited by mq_audit into the same lake.
+            AIRFLOW_VAR_MQAUDIT_DATA_DIRS=os.pathsep.join(
+                map(str, other_clusters(load_json(self.truth), self.data_dir))
+            ),
             AIRFLOW_VAR_MQAUDIT_LAKE=str(self.lake),
             AIRFLOW_VAR_MQAUDIT_REPORTS=str(self.reports),
             AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT="false",

@@ -38,8 +38,8 @@ NO_REMEDY: dict[str, str] = {
     "reverses it there",
     RETRIED_THEN_OK: "no fault: retried as designed, then consumed",
     LOST_AFTER_ACK: "repaired from the producer ledger's kept bodies by mq_loss_repair "
-    "(`mqaudit pipeline repair`); the demo's losses are on the master-crash clusters, whose "
-    "lakes and brokers are their own, so the demo does not run it",
+    "(`mqaudit pipeline repair`); the demo's losses are on the master-crash clusters, which "
+    "are down when the DAGs run, so the demo does not run it",
     HALF_STUCK: "the producer's check-back decides; a person commits or rolls back",
     CHECK_GAVE_UP: "RocketMQ gave up checking: a person decides (the admin command puts the "
     "message back under checking)",
@@ -61,6 +61,12 @@ def _loop(remedy: str, found: int, acted: int, left: int) -> dict[str, Any]:
     }
 
 
+def _counts(audit: dict[str, Any], cluster: str | None) -> dict[str, Any]:
+    """RocketMQ's finding counts of an mq_audit run's report, of `cluster` where it has it."""
+    summary = audit.get("report", {}).get("summary", {})
+    return system_summary(summary.get("clusters", {}).get(cluster, summary), ROCKETMQ)
+
+
 def remediation(
     first: dict[str, Any],
     after: dict[str, Any],
@@ -69,22 +75,21 @@ def remediation(
 ) -> dict[str, Any]:
     """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`
     and `replay`: the summaries of mq_retry_resend and of the real mq_dlq_replay."""
-    # RocketMQ's findings: the remedies the demo runs act on its cluster only.
-    before = system_summary(first.get("report", {}).get("summary", {}), ROCKETMQ)
-    now = system_summary(after.get("report", {}).get("summary", {}), ROCKETMQ)
+    # RocketMQ's findings of the cluster each remedy acted on (the DAGs' own cluster).
     group = replay.get("request", {}).get("group")
+    resent, replayed = resend.get("cluster"), replay.get("request", {}).get("cluster")
     loops = {
         RESEND_DUE: _loop(
             "mq_retry_resend",
-            int(before.get("resend_candidates") or 0),
+            int(_counts(first, resent).get("resend_candidates") or 0),
             int(resend.get("counts", {}).get("sent") or 0),
-            int(now.get("resend_candidates") or 0),
+            int(_counts(after, resent).get("resend_candidates") or 0),
         ),
         DEAD_LETTERED: _loop(
             f"mq_dlq_replay of group {group}" if group else "mq_dlq_replay",
-            int(before.get("dead_letters_waiting") or 0),
+            int(_counts(first, replayed).get("dead_letters_waiting") or 0),
             int(replay.get("by_status", {}).get("sent") or 0),
-            int(now.get("dead_letters_waiting") or 0),
+            int(_counts(after, replayed).get("dead_letters_waiting") or 0),
         ),
     }
     return {"loops": loops, "no_remedy": dict(NO_REMEDY)}

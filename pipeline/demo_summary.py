@@ -1,9 +1,9 @@
 """The demo's summary, from what the DAG runs wrote under REPORTS (pure over those files).
 
 Each DAG task writes REPORTS/<dag_id>/<run>/summary.json and REPORTS/<dag_id>/latest.json;
-the workload writes truth.json; the clusters the workload started for itself are audited
-by pipeline.demo_clusters (REPORTS/workload_clusters.json). Findings of the mq_audit DAG and
-of those clusters are counted by kind and held against the truth's counts (a count check;
+the workload writes truth.json. The clusters the workload started for itself are audited by
+the same mq_audit runs, in the same lake (each row names its cluster); the findings are
+counted by kind, per cluster too, and held against the truth's counts (a count check;
 tests/integration/test_audit_truth.py checks every message id and cause).
 """
 
@@ -114,9 +114,8 @@ def _add(total: Counter[str], counts: dict[str, Any]) -> None:
     total.update({k: int(v) for k, v in counts.items()})
 
 
-def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Counter[str]]:
-    """Findings by kind (duplicates and filtered_wrongly by cause too) of the DAG's report
-    and of every cluster."""
+def _audited(report: dict[str, Any]) -> dict[str, Counter[str]]:
+    """Findings by kind (duplicates and filtered_wrongly by cause too) of the DAG's report."""
     keys = ("duplicates", "duplicate_causes", "losses", "transactions", "filters")
     out = {key: Counter[str]() for key in keys}
     for key, counter in out.items():
@@ -124,33 +123,17 @@ def _audited(report: dict[str, Any], clusters: dict[str, Any]) -> dict[str, Coun
     dead = Counter({"total": int(report.get("dead_letters") or 0)})
     dead["waiting"] = int(report.get("dead_letters_waiting") or 0)
     resends = Counter({RESEND_DUE: int(report.get("resend_candidates") or 0)})
-    for cluster in clusters.values():
-        kinds = cluster.get("kinds", {})
-        _add(resends, {k: sum(c.values()) for k, c in kinds.get("resend_candidates", {}).items()})
-        tables = (
-            ("audit_duplicates", "duplicates"),
-            ("audit_losses", "losses"),
-            ("audit_transactions", "transactions"),
-        )
-        for table, key in tables:
-            _add(out[key], {k: sum(c.values()) for k, c in kinds.get(table, {}).items()})
-        for causes in kinds.get("audit_duplicates", {}).values():
-            _add(out["duplicate_causes"], causes)
-        _add(out["filters"], kinds.get("audit_filters", {}).get(FILTERED_WRONGLY, {}))
-        n = sum(sum(c.values()) for c in kinds.get("audit_dead_letters", {}).values())
-        dead.update(total=n, waiting=n)  # nothing is replayed from those clusters
     out["dead_letters"] = dead
     out["resends"] = resends
     return out
 
 
-def _cluster_problems(clusters: dict[str, Any]) -> list[str]:
-    """What needs a person in the workload's other clusters (as the report says it)."""
+def cluster_problems(clusters: dict[str, Any]) -> list[str]:
+    """What needs a person, per cluster (the report summary's `clusters` counts)."""
     out = []
-    for name, cluster in sorted(clusters.items()):
-        kinds = cluster.get("kinds", {})
-        lost = sum(sum(c.values()) for c in kinds.get("audit_losses", {}).values())
-        twice = sum(kinds.get("audit_duplicates", {}).get(DUPLICATE_EFFECT, {}).values())
+    for name, counts in sorted(clusters.items()):
+        lost = sum(counts.get("losses", {}).values())
+        twice = counts.get("duplicates", {}).get(DUPLICATE_EFFECT, 0)
         if lost:
             out.append(f"{name}: {lost} lost message(s)")
         if twice:
@@ -178,18 +161,16 @@ def build_summary(
     workload: dict[str, Any] | None,
     timings: dict[str, float],
     out: Path,
-    clusters: dict[str, Any] | None = None,
     first_audit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`clusters`: pipeline.demo_clusters' result for the workload's own clusters;
-    `first_audit`: the summary of the mq_audit run the remedies acted on, when a later one
+    """`first_audit`: the summary of the mq_audit run the remedies acted on, when a later one
     verified them (the findings are counted from the first, the loop from both)."""
-    clusters = clusters or {}
     after = latest(reports, "mq_audit")
     audit = first_audit or after
     built = audit.get("report", {})
     found = built.get("summary", {})
-    audited = _audited(system_summary(found, ROCKETMQ), clusters)  # RabbitMQ: its own block
+    audited = _audited(system_summary(found, ROCKETMQ))  # RabbitMQ: its own block
+    clusters = found.get("clusters", {})
     resend = latest(reports, "mq_retry_resend")
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
@@ -206,14 +187,13 @@ def build_summary(
         "messages": {
             "workload": workload or {},
             "stored_rows_ingested": audit.get("ingest", {}).get("messages"),
-            "stored_rows_ingested_other_clusters": sum(
-                int(c.get("messages") or 0) for c in clusters.values()
-            ),
         },
         "audited": {
             "mq_audit": str(out / "cluster"),
-            "other_clusters": {n: c.get("lake") for n, c in clusters.items()},
+            "lake": str(out / "lake"),
+            "clusters": sorted(clusters),
         },
+        "clusters": clusters,  # finding counts per cluster
         "duplicates": dict(sorted(audited["duplicates"].items())),
         "duplicates_by_cause": dict(sorted(audited["duplicate_causes"].items())),
         "losses": dict(sorted(audited["losses"].items())),
@@ -236,7 +216,7 @@ def build_summary(
             "real": real.get("by_status", {}),
         },
         "remediation": remediation(audit, after, resend, real) if first_audit else None,
-        "problems": [*found.get("problems", []), *_cluster_problems(clusters)],
+        "problems": [*found.get("problems", []), *cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",
         "reports": {
@@ -276,18 +256,16 @@ def format_summary(s: dict[str, Any]) -> str:
     def kv(d: dict[str, Any]) -> str:
         return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
-    others = len(s["audited"]["other_clusters"])
-    scope = "the demo's cluster" + (f" and the workload's {others} other(s)" if others else "")
+    names = s["audited"]["clusters"]
+    scope = f"{len(names)} cluster(s) in one lake"
     dead = s["dead_letters"]
     lines = [
         "",
         "== mqaudit demo summary",
         f"messages:       {_workload_line(s['messages']['workload'])}; "
-        f"{s['messages']['stored_rows_ingested']} stored copies ingested by mq_audit, "
-        f"{s['messages']['stored_rows_ingested_other_clusters']} from the workload's other "
-        "clusters",
-        f"audited:        {s['audited']['mq_audit']} by mq_audit; the workload's other "
-        f"clusters: {', '.join(s['audited']['other_clusters']) or 'none'}",
+        f"{s['messages']['stored_rows_ingested']} stored copies ingested by mq_audit",
+        f"audited:        by mq_audit into {s['audited']['lake']}: clusters "
+        f"{', '.join(names) or 'none'}",
         f"duplicates:     {kv(s['duplicates'])}",
         f"  by cause:     {kv(s['duplicates_by_cause'])}",
         f"losses:         {kv(s['losses'])}",
@@ -305,7 +283,7 @@ def format_summary(s: dict[str, Any]) -> str:
         *_kinds_lines("losses", s["losses"]),
         f"dead letters:   {dead['total']} {COUNTS[DEAD_LETTERED]}; {dead['waiting']} of them "
         "not replayed",
-        f"lag (demo's cluster): {kv(s['lag']['status'])}: {COUNTS[LAG]} by status; "
+        f"lag:            {kv(s['lag']['status'])}: {COUNTS[LAG]} by status; "
         f"the furthest behind {s['lag']['max_messages']} messages",
         f"resends:        {kv(s['resends']['counts'])} (producer stubs, by what the resend "
         f"did); {s['resends']['manual_handling']} to manual handling",
@@ -316,7 +294,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines += remediation_lines(s["remediation"])
     if s["problems"]:
         lines.append(
-            "needs attention (the demo's cluster and RabbitMQ, then each other cluster by name): "
+            "needs attention (all clusters and RabbitMQ, then each cluster by name): "
             + "; ".join(s["problems"])
         )
     check = s["truth_check"]

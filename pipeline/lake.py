@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql.types import StructType
 
 from broker_runtime.common.findings import ROCKETMQ
+from broker_runtime.common.topics import validate_group
 from pipeline import audit_schemas, schemas
 
 if TYPE_CHECKING:
@@ -48,28 +49,36 @@ _CATALOG = (
         schemas.MESSAGES,
         "ingested",
         partitions=("broker", "store_date"),
-        key=("broker", "broker_id", "phys_offset"),
+        key=("cluster", "broker", "broker_id", "phys_offset"),
     ),
     Table(
         "consume_queue",
         schemas.CONSUME_QUEUE,
         "ingested",
         partitions=("broker",),
-        key=("broker", "broker_id", "topic", "queue_id", "queue_offset"),
+        key=("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset"),
     ),
     Table(
         "consumer_offsets",
         schemas.CONSUMER_OFFSETS,
         "ingested",
-        key=("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id"),
+        key=(
+            "cluster",
+            "broker",
+            "broker_id",
+            "snapshot_ts",
+            "topic",
+            "consumer_group",
+            "queue_id",
+        ),
     ),
-    Table("message_stub", schemas.MESSAGE_STUB, "ingested", key=("msg_id",)),
-    Table("message_log", schemas.MESSAGE_LOG, "ingested", key=("id",)),
+    Table("message_stub", schemas.MESSAGE_STUB, "ingested", key=("cluster", "msg_id")),
+    Table("message_log", schemas.MESSAGE_LOG, "ingested", key=("cluster", "id")),
     Table(
         "quarantine",
         schemas.QUARANTINE,
         "ingested",
-        key=("broker", "broker_id", "log_offset", "reason"),
+        key=("cluster", "broker", "broker_id", "log_offset", "reason"),
     ),
     Table("ingest_checkpoint", schemas.INGEST_CHECKPOINT, "ingested"),
     Table(
@@ -82,13 +91,13 @@ _CATALOG = (
         "transactions",
         schemas.TRANSACTIONS,
         "ingested",
-        key=("broker", "producer_group", "uniq_key"),
+        key=("cluster", "broker", "producer_group", "uniq_key"),
     ),
     Table(
         "consumer_filters",
         schemas.CONSUMER_FILTERS,
         "ingested",
-        key=("broker", "broker_id", "snapshot_ts", "topic", "consumer_group"),
+        key=("cluster", "broker", "broker_id", "snapshot_ts", "topic", "consumer_group"),
     ),
     Table("audit_duplicates", audit_schemas.AUDIT_DUPLICATES, "audit"),
     Table("audit_losses", audit_schemas.AUDIT_LOSSES, "audit"),
@@ -135,6 +144,30 @@ def system_rows(
             rows = read_arrow(path, AUDIT_TABLES[name]).select([*columns, "system"]).to_pylist()
             out += [{c: r[c] for c in columns} for r in rows if (r["system"] or ROCKETMQ) == system]
     return out
+
+
+def clusters(lake: str | Path) -> list[str]:
+    """The clusters whose data the lake holds (named by its ingest checkpoints and ledger
+    rows), read with pyarrow, without Spark."""
+    from pipeline.delta_files import read_arrow, table_exists
+
+    found: set[str] = set()
+    for name in ("ingest_checkpoint", "message_stub"):
+        path = table_path(lake, name)
+        if table_exists(path):
+            found |= set(read_arrow(path, schemas.struct_of("cluster:str"))["cluster"].to_pylist())
+    return sorted(c for c in found if c)
+
+
+def one_cluster(lake: str | Path, cluster: str | None = None) -> str:
+    """The cluster a remediation acts on: `cluster` if given, else the lake's only one."""
+    if cluster:
+        return validate_group(cluster)
+    found = clusters(lake)
+    if len(found) != 1:
+        held = f"clusters {found}" if found else "no cluster's data yet"
+        raise ValueError(f"lake {lake} holds {held}: name the cluster to act on (--cluster)")
+    return found[0]
 
 
 def read_tables(

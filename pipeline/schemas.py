@@ -1,6 +1,13 @@
 """One explicit StructType per ingested table (and per reader output); Arrow schemas are
 derived. The catalog (`pipeline.lake`) gives each table its name, partitioning, key and path.
 
+Every broker-derived row, and every ledger row, names its `cluster` (RocketMQ's
+brokerClusterName: a broker's config, or `cluster_name` in a data dir's cluster.json) beside
+its `broker`: one lake holds several clusters, and two clusters may both have a `broker-a`.
+Ledger rows take the cluster of the data dir their ledger belongs to. `cluster` came later,
+so it is the last column; a lake written before it is refused until migrated
+(pipeline.jobs.migrate).
+
 Timestamps are epoch milliseconds (int64, UTC) everywhere. Every field is nullable: Spark
 reads files back as nullable, so nullability is not part of the contract checked here.
 """
@@ -62,12 +69,12 @@ MESSAGES = struct_of(
     " born_host:str, store_host:str, prepared_tx_offset:long, body_size:int, body:bin,"
     " properties:map, delivery_topic:str, original_topic:str, origin_msg_id:str,"
     " consumer_group:str, is_retry:bool, is_dlq:bool, is_scheduled:bool, delay_level:int,"
-    " ingest_run:long, store_date:date"
+    " ingest_run:long, store_date:date, cluster:str"
 )
 
 CONSUME_QUEUE = struct_of(
     "broker:str, broker_id:int, topic:str, queue_id:int, queue_offset:long, phys_offset:long,"
-    " size:int, tags_code:long, ingest_run:long"
+    " size:int, tags_code:long, ingest_run:long, cluster:str"
 )
 
 # max_offset / min_offset: the queue's bounds at snapshot time (getMaxOffsetInQueue and
@@ -75,7 +82,7 @@ CONSUME_QUEUE = struct_of(
 # an added column.
 CONSUMER_OFFSETS = struct_of(
     "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str, queue_id:int,"
-    " committed_offset:long, max_offset:long, ingest_run:long, min_offset:long"
+    " committed_offset:long, max_offset:long, ingest_run:long, min_offset:long, cluster:str"
 )
 
 # The SQL92 subscriptions a broker kept (STORE/config/consumerFilter.json), one row per
@@ -83,7 +90,7 @@ CONSUMER_OFFSETS = struct_of(
 CONSUMER_FILTERS = struct_of(
     "broker:str, broker_id:int, snapshot_ts:long, topic:str, consumer_group:str,"
     " expression_type:str, expression:str, client_version:long, born_ts:long, dead_ts:long,"
-    " ingest_run:long"
+    " ingest_run:long, cluster:str"
 )
 
 # The ledgers, as the broker's ledger schema (broker_runtime.ledger.schema) defines them.
@@ -92,13 +99,15 @@ CONSUMER_FILTERS = struct_of(
 MESSAGE_STUB = struct_of(
     "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, status:str, send_count:int,"
     " broker:str, queue_id:int, queue_offset:long, next_resend_at:long, created_at:long,"
-    " updated_at:long, system:str, routing_key:str, headers:str, return_reason:str"
+    " updated_at:long, system:str, routing_key:str, headers:str, return_reason:str,"
+    " cluster:str"
 )
 
 MESSAGE_LOG = struct_of(
     "id:long, msg_id:str, topic:str, group:str, client_id:str, broker:str, queue_id:int,"
     " queue_offset:long, reconsume_times:int, received_at:long, outcome:str, finished_at:long,"
-    " system:str, routing_key:str, redelivered:bool, settle:str, requeue:bool, death:str"
+    " system:str, routing_key:str, redelivered:bool, settle:str, requeue:bool, death:str,"
+    " cluster:str"
 )
 
 # Ledger columns added later: what a ledger written before them holds in their place.
@@ -121,7 +130,7 @@ RABBIT_TOPOLOGY = struct_of(
 # written log: the next run looks at it again (it may have been a write in flight).
 QUARANTINE = struct_of(
     "broker:str, broker_id:int, file:str, position:long, log_offset:long, length:long,"
-    " reason:str, detail:str, final:bool, first_run:long"
+    " reason:str, detail:str, final:bool, first_run:long, cluster:str"
 )
 
 # One row per broker and source per run step: `planned` rows are written before any data
@@ -129,7 +138,7 @@ QUARANTINE = struct_of(
 INGEST_CHECKPOINT = struct_of(
     "run:long, status:str, broker:str, broker_id:int, store_dir:str, source:str,"
     " start_offset:long, plan_end:long, next_offset:long, rows:long, quarantined:long,"
-    " created_at:long"
+    " created_at:long, cluster:str"
 )
 
 
@@ -141,7 +150,8 @@ TRANSACTIONS = struct_of(
     "broker:str, producer_group:str, uniq_key:str, keys:str, topic:str, queue_id:int,"
     " half_queue_offset:long, half_phys_offset:long, half_units:int, checks:int, born_ts:long,"
     " half_ts:long, last_half_ts:long, ops:int, op_ts:long, commits:int, commit_offsets:int,"
-    " commit_ts:long, commit_queue_offset:long, gave_up_ts:long, state:str, ingest_run:long"
+    " commit_ts:long, commit_queue_offset:long, gave_up_ts:long, state:str, ingest_run:long,"
+    " cluster:str"
 )
 
 

@@ -13,6 +13,7 @@ Expectations load when a step runs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +38,7 @@ class RunInputs:
     """Everything a step reads: one value per command-line option (see OPTIONS)."""
 
     lake: Path
-    data_dir: Path | None = None
+    data_dirs: tuple[Path, ...] = ()  # one cluster each, all into the one lake
     out: Path | None = None
     docs: Path | None = None
     run_name: str = "validate"
@@ -51,6 +52,7 @@ class RunInputs:
     progress: bool = True
     # Options of the single commands that `pipeline run` and the DAGs leave at their defaults.
     broker_name: str | None = None
+    cluster: str | None = None  # of a single data dir whose cluster.json names none
     broker_confs: tuple[Path, ...] = ()  # Apache RocketMQ brokers' config files
     range_bytes: int | None = None
     lag: LagThresholds | None = field(default=None)
@@ -64,7 +66,7 @@ class RunInputs:
 
 # RunInputs field -> the option of `mqaudit pipeline <command>` that sets it.
 OPTIONS: dict[str, str] = {
-    "data_dir": "--data-dir",
+    "data_dirs": "--data-dir",
     "lake": "--lake",
     "out": "--out",
     "docs": "--docs",
@@ -76,6 +78,18 @@ OPTIONS: dict[str, str] = {
     "rabbit_api": "--rabbit-api",
     "rabbit_vhosts": "--rabbit-vhosts",
 }
+
+
+def option_value(inputs: RunInputs, name: str) -> str:
+    """The value of a RunInputs field as its option takes it (data dirs joined like PATH)."""
+    value = getattr(inputs, name)
+    return os.pathsep.join(map(str, value)) if name == "data_dirs" else str(value)
+
+
+def split_dirs(values: list[str] | None) -> tuple[Path, ...]:
+    """`--data-dir` values (repeated, each maybe several dirs joined with os.pathsep, as a
+    DAG's template gives them) -> the data dirs, empty parts dropped."""
+    return tuple(Path(p) for v in values or () for p in v.split(os.pathsep) if p.strip())
 
 
 def gate_params(max_send_count: int) -> dict[str, dict[str, Any]]:
@@ -105,19 +119,20 @@ def _ingest(inputs: RunInputs, spark: SparkSession | None) -> IngestResult:
     from pipeline.jobs.ingest import run_ingest
     from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES
 
-    if inputs.data_dir is None and not inputs.broker_confs:
+    if not inputs.data_dirs and not inputs.broker_confs:
         raise ValueError("ingest needs a data dir or brokers' config files")
     if inputs.rabbit_api:
         from pipeline.jobs.rabbit import api_credentials
 
         api_credentials(inputs.rabbit_api)  # a bad URL is refused before anything is read
     result = run_ingest(
-        inputs.data_dir,
+        inputs.data_dirs,
         inputs.lake,
         spark,
         master=inputs.spark_master,
         ledger_url=inputs.ledger_url,
         broker_name=inputs.broker_name,
+        cluster=inputs.cluster,
         broker_confs=inputs.broker_confs,
         range_bytes=inputs.range_bytes or DEFAULT_RANGE_BYTES,
         progress=inputs.progress,
@@ -223,7 +238,7 @@ def _spark(spark: SparkSession | None, inputs: RunInputs, name: str) -> SparkSes
 
 
 INGEST = Step(
-    "ingest", "ingest", ("data_dir", "lake", "ledger_url", "rabbit_api", "rabbit_vhosts"), _ingest
+    "ingest", "ingest", ("data_dirs", "lake", "ledger_url", "rabbit_api", "rabbit_vhosts"), _ingest
 )
 VALIDATE = Step(
     "validate", "validate", ("lake", "docs", "run_name", "max_send_count"), _validate, gate=True

@@ -12,6 +12,7 @@ from pathlib import Path
 from broker_runtime.cluster import supervisor as sv
 from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.cluster.status import status as cluster_status
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +28,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--replication", choices=["sync", "async"], default="async")
     up.add_argument("--segment-size", type=int, default=None, help="CommitLog segment bytes")
     up.add_argument("--acl", type=Path, default=None, help="an ACL accounts file: turns ACL on")
+    up.add_argument(
+        "--cluster-name",
+        default=DEFAULT_CLUSTER,
+        help="brokerClusterName of every broker (one lake audits several clusters by name)",
+    )
     up.add_argument("--namesrv-scan-ms", type=int, default=None)
     up.add_argument("--namesrv-expiry-ms", type=int, default=None)
     up.add_argument(
@@ -83,6 +89,7 @@ def _settings(args: argparse.Namespace) -> sv.ClusterSettings:
         namesrv_expiry_ms=args.namesrv_expiry_ms,
         acl_file=args.acl,
         timeout_s=args.timeout,
+        cluster_name=args.cluster_name,
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.offsets.json_file import read_with_backup, write_atomic
 
 CLUSTER_FILE = "cluster.json"
@@ -70,7 +71,7 @@ class NodeSpec:
 @dataclass
 class ClusterLayout:
     data_dir: str
-    cluster_name: str = "DefaultCluster"
+    cluster_name: str = DEFAULT_CLUSTER
     settings: dict[str, Any] = field(default_factory=dict)
     nodes: list[NodeSpec] = field(default_factory=list)
     version: int = 1
@@ -109,7 +110,7 @@ class ClusterLayout:
             nodes = [NodeSpec(**n) for n in data["nodes"]]
             return cls(
                 data_dir=data["data_dir"],
-                cluster_name=data.get("cluster_name", "DefaultCluster"),
+                cluster_name=data.get("cluster_name", DEFAULT_CLUSTER),
                 settings=data.get("settings", {}),
                 nodes=nodes,
                 version=data.get("version", 1),

@@ -28,7 +28,9 @@ from broker_runtime.acl.accounts import admin_account, load_accounts
 from broker_runtime.cluster.layout import HA_SECRET, ClusterLayout, NodeSpec, make_ha_secret
 from broker_runtime.cluster.node import EXIT_PORT_IN_USE
 from broker_runtime.cluster.probe import Credentials, broker_info, namesrv_info
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.common.progress import reporter
+from broker_runtime.common.topics import validate_group
 
 PORT_TRIES = 5
 
@@ -52,6 +54,7 @@ class ClusterSettings:
     acl_file: Path | None = None
     host: str = "127.0.0.1"
     timeout_s: float = 60.0
+    cluster_name: str = DEFAULT_CLUSTER  # brokerClusterName of every broker
 
     def __post_init__(self) -> None:
         if self.name_servers < 1:
@@ -131,7 +134,7 @@ def _broker_config(s: ClusterSettings, layout: ClusterLayout, node: NodeSpec) ->
 def plan(s: ClusterSettings) -> ClusterLayout:
     """Every node of the cluster, ports still unassigned (0)."""
     root = s.data_dir.resolve()
-    layout = ClusterLayout(data_dir=str(root))
+    layout = ClusterLayout(data_dir=str(root), cluster_name=validate_group(s.cluster_name))
     layout.settings = {
         "name_servers": s.name_servers,
         "groups": list(s.groups),

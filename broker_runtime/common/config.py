@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from broker_runtime.common.constants import MAX_RECONSUME_TIMES
+from broker_runtime.common.constants import DEFAULT_CLUSTER, MAX_RECONSUME_TIMES
 from broker_runtime.common.delay import DEFAULT_DELAY_LEVELS, DelayLevels
 
 
@@ -86,7 +86,7 @@ class BrokerConfig:
     """A broker (RocketMQ's BrokerConfig, the HA part of MessageStoreConfig), and its store."""
 
     store: StoreConfig
-    cluster_name: str = "DefaultCluster"
+    cluster_name: str = DEFAULT_CLUSTER
     broker_name: str = "broker-a"
     broker_id: int = 0  # 0 master, 1 slave
     role: BrokerRole = BrokerRole.ASYNC_MASTER

@@ -32,3 +32,7 @@ HALF_STUCK_AFTER_MS = 66_000
 # Subscription expression types (ExpressionType.TAG, ExpressionType.SQL92).
 TAG = "TAG"
 SQL92 = "SQL92"
+
+# BrokerConfig.brokerClusterName's default: the cluster of a broker (or a data dir) that
+# names none.
+DEFAULT_CLUSTER = "DefaultCluster"

@@ -157,7 +157,9 @@ class Harness:
         return None if self.ledger_url else cluster_dir
 
     def cluster_up(self, name: str, **settings: Any) -> ClusterLayout:
-        """A fresh cluster of its own for scenario `name` in DIR/scenarios/<name>/, as
+        """A fresh cluster of its own, named `name` (its brokers' brokerClusterName, so that
+        one lake audits it beside the main cluster), for scenario `name` in
+        DIR/scenarios/<name>/, as
         `mqaudit cluster up` starts it (`settings`: ClusterSettings fields; broker settings
         over SCENARIO_BROKER_SETTINGS). Its nodes are this process's children, so that
         `cluster_down` reaps them (a `cluster down` in another process would wait out its
@@ -170,7 +172,9 @@ class Harness:
         self.say(f"{name}: starting its own cluster in {root}")
         try:
             return supervisor.up(
-                supervisor.ClusterSettings(data_dir=root, broker_settings=broker, **settings)
+                supervisor.ClusterSettings(
+                    data_dir=root, broker_settings=broker, cluster_name=name, **settings
+                )
             )
         except supervisor.ClusterError as e:
             raise WorkloadError(f"{name}: its cluster did not come up: {e}") from e

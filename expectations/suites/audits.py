@@ -110,11 +110,12 @@ def audit_dead_letters_suite() -> gx.ExpectationSuite:
         # Each DLQ copy once, by where it is stored (one UNIQ_KEY may be dead-lettered twice
         # when the producer stored it twice); RabbitMQ's once per message and queue.
         gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=["broker", "topic", "queue_id", "queue_offset"],
+            column_list=["cluster", "broker", "topic", "queue_id", "queue_offset"],
             row_condition=Column("system").is_null() | (Column("system") != "rabbitmq"),
         ),
         gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=["msg_id", "group"], row_condition=Column("system") == "rabbitmq"
+            column_list=["cluster", "msg_id", "group"],
+            row_condition=Column("system") == "rabbitmq",
         ),
         *at_least(0, ["age_ms"]),
         _at_most("max_dead_letters", row_condition=waiting),

@@ -39,6 +39,7 @@ def consumer_filters_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "snapshot_ts",
@@ -71,6 +72,6 @@ SPEC = SuiteSpec(
     TABLE,
     consumer_filters_suite,
     DEFAULTS,
-    ("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "expression"),
+    ("cluster", "broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "expression"),
     doc=DOC,
 )

@@ -53,8 +53,8 @@ LOG_DEFAULTS = {
 
 
 def _unique(key: Sequence[str]) -> list[gxe.Expectation]:
-    (column,) = key  # the ledgers have single-column keys
-    return [gxe.ExpectColumnValuesToBeUnique(column=column)]
+    """A ledger's key is its own (msg_id, id) within its cluster."""
+    return [gxe.ExpectCompoundColumnsToBeUnique(column_list=list(key))]
 
 
 def message_stub_suite() -> gx.ExpectationSuite:
@@ -63,7 +63,10 @@ def message_stub_suite() -> gx.ExpectationSuite:
         name=MESSAGE_STUB,
         expectations=[
             *not_null(
-                ["msg_id", "topic", "body_hash", "status", "send_count", "created_at", "updated_at"]
+                [
+                    *("cluster", "msg_id", "topic", "body_hash", "status", "send_count"),
+                    *("created_at", "updated_at"),
+                ]
             ),
             *_unique(TABLES["message_stub"].key),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=STUB_STATUSES),
@@ -96,7 +99,7 @@ def message_log_suite() -> gx.ExpectationSuite:
     return gx.ExpectationSuite(
         name=MESSAGE_LOG,
         expectations=[
-            *not_null(["id", "msg_id", "topic", "group", "client_id", "received_at"]),
+            *not_null(["cluster", "id", "msg_id", "topic", "group", "client_id", "received_at"]),
             *_unique(TABLES["message_log"].key),
             *legal_names(["topic", "group"], ROCKETMQ_ROWS),
             gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=LOG_OUTCOMES),
@@ -127,7 +130,10 @@ STUB_SPEC = SuiteSpec(
     MESSAGE_STUB,
     message_stub_suite,
     STUB_DEFAULTS,
-    ("msg_id", "topic", "status", "send_count", "broker", "queue_id", "queue_offset", "system"),
+    (
+        *("cluster", "msg_id", "topic", "status", "send_count", "broker", "queue_id"),
+        *("queue_offset", "system"),
+    ),
     doc={
         "max_send_count": "send_count in [0, max_send_count]",
         "min_timestamp_ms": _TIMESTAMP_DOC,
@@ -138,6 +144,7 @@ LOG_SPEC = SuiteSpec(
     message_log_suite,
     LOG_DEFAULTS,
     (
+        "cluster",
         "id",
         "msg_id",
         "group",

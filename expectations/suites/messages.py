@@ -41,7 +41,10 @@ DOC = {
     "min_timestamp_ms": "born_ts and store_ts are epoch milliseconds at least this large",
 }
 
-ROW_ID = ("broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset", "uniq_key")
+ROW_ID = (
+    *("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset"),
+    "uniq_key",
+)
 
 
 def messages_suite() -> gx.ExpectationSuite:
@@ -51,6 +54,7 @@ def messages_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "phys_offset",

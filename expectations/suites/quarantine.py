@@ -47,7 +47,9 @@ def quarantine_suite() -> gx.ExpectationSuite:
                 max_value=param("max_pending_quarantine_rows"),
                 row_condition=Column("final") == False,  # noqa: E712
             ),
-            *not_null(["broker", "broker_id", "file", "position", "length", "reason", "final"]),
+            *not_null(
+                ["cluster", "broker", "broker_id", "file", "position", "length", "reason", "final"]
+            ),
             gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["quarantine"].key)),
             *at_least(0, ["position", "log_offset"]),
             *at_least(1, ["length"]),
@@ -60,6 +62,6 @@ SPEC = SuiteSpec(
     TABLE,
     quarantine_suite,
     DEFAULTS,
-    ("broker", "broker_id", "file", "position", "length", "reason", "final"),
+    ("cluster", "broker", "broker_id", "file", "position", "length", "reason", "final"),
     doc=DOC,
 )

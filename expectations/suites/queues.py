@@ -32,7 +32,10 @@ def consume_queue_suite() -> gx.ExpectationSuite:
         name=CONSUME_QUEUE,
         expectations=[
             *not_null(
-                ["broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset", "size"]
+                [
+                    *("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset"),
+                    *("phys_offset", "size"),
+                ]
             ),
             gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["consume_queue"].key)),
             *at_least(0, ["broker_id", "queue_id", "queue_offset", "phys_offset"]),
@@ -55,6 +58,7 @@ def consumer_offsets_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "broker_id",
                     "snapshot_ts",
@@ -78,13 +82,13 @@ CONSUME_QUEUE_SPEC = SuiteSpec(
     CONSUME_QUEUE,
     consume_queue_suite,
     {},
-    ("broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset"),
+    ("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset", "phys_offset"),
     with_consume_queue_checks,
 )
 CONSUMER_OFFSETS_SPEC = SuiteSpec(
     CONSUMER_OFFSETS,
     consumer_offsets_suite,
     CONSUMER_OFFSETS_DEFAULTS,
-    ("broker", "broker_id", "snapshot_ts", "consumer_group", "topic", "queue_id"),
+    ("cluster", "broker", "broker_id", "snapshot_ts", "consumer_group", "topic", "queue_id"),
     doc={"min_timestamp_ms": "snapshot_ts is epoch milliseconds at least this large"},
 )

@@ -39,6 +39,7 @@ def transactions_suite() -> gx.ExpectationSuite:
         expectations=[
             *not_null(
                 [
+                    "cluster",
                     "broker",
                     "producer_group",
                     "uniq_key",
@@ -72,6 +73,6 @@ SPEC = SuiteSpec(
     TABLE,
     transactions_suite,
     DEFAULTS,
-    ("broker", "producer_group", "uniq_key", "topic", "half_queue_offset", "state"),
+    ("cluster", "broker", "producer_group", "uniq_key", "topic", "half_queue_offset", "state"),
     doc=DOC,
 )

@@ -8,14 +8,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
+from broker_runtime.common.constants import (
+    DEFAULT_CLUSTER,
+    DEFAULT_MAX_SEND_COUNT,
+    HALF_STUCK_AFTER_MS,
+)
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES
 from pipeline.spark_session import DEFAULT_MASTER
-from pipeline.steps import AUDIT, DLQ_REPORT, INGEST, REPORT, VALIDATE, RunInputs, Step, StepResult
+from pipeline.steps import (
+    AUDIT,
+    DLQ_REPORT,
+    INGEST,
+    REPORT,
+    VALIDATE,
+    RunInputs,
+    Step,
+    StepResult,
+    split_dirs,
+)
 
 Parsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -33,7 +48,7 @@ def inputs_of(args: argparse.Namespace) -> RunInputs:
     range_mb = get("range_mb")
     return RunInputs(
         lake=args.lake,
-        data_dir=get("data_dir"),
+        data_dirs=split_dirs(get("data_dir")),
         out=get("out"),
         docs=get("docs"),
         run_name=get("run_name", "mqaudit"),
@@ -46,6 +61,7 @@ def inputs_of(args: argparse.Namespace) -> RunInputs:
         spark_master=get("spark_master"),
         progress=not get("quiet", False),
         broker_name=get("broker_name"),
+        cluster=get("cluster"),
         broker_confs=tuple(get("broker_conf") or ()),
         range_bytes=range_mb << 20 if range_mb is not None else None,
         lag=lag,
@@ -58,14 +74,18 @@ def add_audit_parsers(cmds: Parsers) -> None:
         help="broker files and ledgers into Delta tables (incremental, idempotent)",
         description="Prints a JSON summary on stdout; progress goes to stderr.",
     )
-    ingest.add_argument(
-        "--data-dir", type=Path, default=None, help="cluster data dir or a store dir"
-    )
+    _data_dirs(ingest, "cluster data dir or a store dir")
     ingest.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
     ingest.add_argument("--spark-master", default=DEFAULT_MASTER)
     ingest.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     _rabbit(ingest)
     ingest.add_argument("--broker-name", default=None, help="broker name of a bare store dir")
+    ingest.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster name of a single data dir whose cluster.json names none, or of a bare "
+        f"store dir (default {DEFAULT_CLUSTER})",
+    )
     ingest.add_argument(
         "--broker-conf",
         type=Path,
@@ -83,6 +103,17 @@ def add_audit_parsers(cmds: Parsers) -> None:
     _add_audit(cmds)
     _add_reports(cmds)
     _add_run(cmds)
+    _add_migrate(cmds)
+
+
+def _data_dirs(parser: argparse.ArgumentParser, what: str, required: bool = False) -> None:
+    parser.add_argument(
+        "--data-dir",
+        action="append",
+        required=required,
+        help=f"{what}; several clusters into one lake: repeat it, or join dirs with "
+        f"'{os.pathsep}' as in PATH (each names its cluster: cluster_name in its cluster.json)",
+    )
 
 
 def _quiet(parser: argparse.ArgumentParser) -> None:
@@ -195,7 +226,7 @@ def _add_run(cmds: Parsers) -> None:
         "written. A failed gate on the ingested tables stops the run before the audit: its "
         "expectations and sample rows go to stderr and the exit code is 1.",
     )
-    run.add_argument("--data-dir", type=Path, required=True, help="cluster data dir")
+    _data_dirs(run, "cluster data dir", required=True)
     run.add_argument("--lake", type=Path, required=True, help="tables go to LAKE/<table>")
     run.add_argument("--out", type=Path, required=True, help="reports go here")
     run.add_argument("--docs", type=Path, default=None, help="Data Docs (default OUT/data-docs)")
@@ -209,6 +240,32 @@ def _add_run(cmds: Parsers) -> None:
     run.set_defaults(func=cmd_run)
 
 
+def _add_migrate(cmds: Parsers) -> None:
+    migrate = cmds.add_parser(
+        "migrate-lake",
+        help="once, for a lake written before its rows named their cluster",
+        description="Names CLUSTER in every row of the lake's tables that have no `cluster` "
+        "column (one commit per table, history kept); ingest and audit refuse such a lake "
+        "until then. Running it again changes nothing. Prints a JSON summary.",
+    )
+    migrate.add_argument("--lake", type=Path, required=True)
+    migrate.add_argument(
+        "--cluster", required=True, help="the cluster all of the lake's data came from"
+    )
+    migrate.add_argument("--spark-master", default=DEFAULT_MASTER)
+    migrate.set_defaults(func=cmd_migrate)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from pipeline.jobs.migrate import migrate_lake
+    from pipeline.spark_session import build_spark
+
+    _lake_must_exist(args.lake)
+    spark = build_spark("mqaudit-migrate", args.spark_master)
+    print(json.dumps(migrate_lake(args.lake, args.cluster, spark), indent=2))
+    return 0
+
+
 def _lake_must_exist(lake: Path) -> None:
     if not lake.is_dir():
         raise ValueError(f"lake {lake} does not exist")
@@ -218,13 +275,18 @@ def _run_step(step: Step, args: argparse.Namespace) -> StepResult:
     return step.run(inputs_of(args), None)
 
 
+def _dirs_must_exist(args: argparse.Namespace) -> None:
+    for d in split_dirs(args.data_dir):
+        if not d.is_dir():
+            raise ValueError(f"data dir {d} does not exist")
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     if args.range_mb <= 0:
         raise ValueError(f"--range-mb must be positive, got {args.range_mb}")
-    if args.data_dir is None and not args.broker_conf:
+    if not split_dirs(args.data_dir) and not args.broker_conf:
         raise ValueError("give --data-dir, --broker-conf or both")
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise ValueError(f"data dir {args.data_dir} does not exist")
+    _dirs_must_exist(args)
     print(json.dumps(_run_step(INGEST, args), indent=2))
     return 0
 
@@ -270,8 +332,7 @@ def cmd_dlq_report(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.run import RunFailed, run_pipeline
 
-    if not args.data_dir.is_dir():
-        raise ValueError(f"data dir {args.data_dir} does not exist")
+    _dirs_must_exist(args)
     try:
         summary = run_pipeline(inputs_of(args))
     except RunFailed as e:

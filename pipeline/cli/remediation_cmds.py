@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,12 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
         "the bodies the producer kept in its ledger (--data-dir or --ledger-url)",
     )
     replay.add_argument("--rabbit-url", default=None, help="amqp://user:pass@host:port/vhost")
+    replay.add_argument(
+        "--cluster",
+        default=None,
+        help="the cluster whose dead letters to replay (default: --data-dir's, else the "
+        "lake's only cluster)",
+    )
     replay.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     _add_sends(replay, "replay")
     replay.set_defaults(func=cmd_replay)
@@ -184,9 +191,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "dry_run",
                 "force",
                 "system",
+                "cluster",
             )
         }
     )
+    if request.cluster is None and args.data_dir is not None:
+        from pipeline.readers.layout import cluster_of
+
+        request = replace(request, cluster=cluster_of(args.data_dir))
     target = _replay_target(args, request.system)
     if target is None and not request.dry_run:
         raise ValueError(

@@ -26,6 +26,7 @@ from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs.ingest_state import COMMITLOG
+from pipeline.jobs.migrate import refuse_unkeyed
 from pipeline.jobs.rabbit import TOPOLOGY, required_routes
 from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
 from pipeline.results import AuditResult, AuditTable
@@ -50,6 +51,8 @@ from pipeline.transforms.rabbit import (
 )
 from pipeline.transforms.resend import by_system, manual_handling, resend_candidates
 from pipeline.transforms.transaction_audit import audit_transactions
+
+_TOPIC = ["cluster", "broker", "topic"]  # a topic on one broker
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,15 @@ class _Inputs:
 
 
 def ingested_until(checkpoint: DataFrame) -> DataFrame:
-    """Per broker: when its commitlog was last planned for reading by a run that finished.
+    """Per broker (cluster, broker): when its commitlog was last planned for reading by a
+    run that finished.
 
     Anything a broker acknowledged before then is in what that run read, if it was stored.
     """
     rows = checkpoint.filter(F.col("source") == COMMITLOG)
     done = rows.filter(F.col("status") == "done").select("run").distinct()
     planned = rows.filter(F.col("status") == "planned").join(done, on="run", how="inner")
-    return planned.groupBy("broker").agg(F.max("created_at").alias("ingested_to_ms"))
+    return planned.groupBy("cluster", "broker").agg(F.max("created_at").alias("ingested_to_ms"))
 
 
 def default_as_of(inputs: _Inputs) -> int:
@@ -154,7 +158,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         transactions=read("transactions", schemas.TRANSACTIONS),
         filters=filters,
         filtered_messages=read("messages", schemas.MESSAGES).join(
-            filters.select("broker", "topic").distinct(), on=["broker", "topic"], how="left_semi"
+            filters.select(*_TOPIC).distinct(), on=_TOPIC, how="left_semi"
         ),
     )
 
@@ -180,7 +184,7 @@ def audit_tables(
             i.offsets,
             ingested_until(i.checkpoint),
             as_of_ms,
-            group_expressions(i.filters, as_of_ms).select("group", "broker", "topic"),
+            group_expressions(i.filters, as_of_ms).select("group", "cluster", "broker", "topic"),
         )
         .unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms))
         .unionByName(
@@ -249,7 +253,7 @@ def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[
 
 
 def _latest_lag_status(df: DataFrame) -> dict[str, int]:
-    latest = df.groupBy("group", "topic", "broker", "queue_id").agg(
+    latest = df.groupBy("group", "topic", "cluster", "broker", "queue_id").agg(
         F.max_by("status", "snapshot_ts").alias("status")
     )
     return {r["status"]: int(r["count"]) for r in latest.groupBy("status").count().collect()}
@@ -278,6 +282,7 @@ def run_audit(
     apply_sql_conf(spark)
     io = DeltaIO(spark)
     root = str(Path(lake).resolve())
+    refuse_unkeyed(root)
     inputs = _read_inputs(io, root)
     try:
         as_of = default_as_of(inputs) if as_of_ms is None else int(as_of_ms)

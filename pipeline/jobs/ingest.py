@@ -1,10 +1,11 @@
-"""Ingest a cluster data dir into the lake: messages, consume_queue, consumer_offsets,
+"""Ingest cluster data dirs into one lake: messages, consume_queue, consumer_offsets,
 consumer_filters, message_stub, message_log, quarantine and ingest_checkpoint, each at
 LAKE/<table>, and `transactions`, derived from all of `messages` by each run that read
 something.
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
-pipeline.jobs.ingest_state): a re-run with nothing new commits nothing.
+pipeline.jobs.ingest_state): a re-run with nothing new commits nothing. Every row names its
+cluster (pipeline.schemas): several data dirs, each a cluster of its own, go into one lake.
 """
 
 from __future__ import annotations
@@ -22,72 +23,63 @@ from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import ingest_state
+from pipeline.jobs.ingest_sources import (
+    Ledgers,
+    check_names,
+    find_brokers,
+    find_ledgers,
+    paths,
+)
 from pipeline.jobs.ledger_ingest import merge_ledgers
 from pipeline.jobs.maintenance import lake_lock
+from pipeline.jobs.migrate import refuse_unkeyed
 from pipeline.jobs.store_jobs import ByKey, Summaries, ingest_consume_queues, ingest_log
 from pipeline.lake import INGESTED_TABLES, TABLES, table_path
 from pipeline.readers.commitlog import DEFAULT_RANGE_BYTES, Broker, plan_log
-from pipeline.readers.layout import discover_brokers, ledger_sources, read_broker_conf
 from pipeline.readers.store_files import filter_snapshot, offset_history, offset_snapshot, plan_cq
 from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 from pipeline.transforms.transactions import transactions_table
 
-Key = tuple[str, int, str]
-_SNAPSHOT_KEY = schemas.struct_of("broker:str, broker_id:int, snapshot_ts:long")  # one per snapshot
+Key = ingest_state.Key
 
 
 def run_ingest(
-    data_dir: str | Path | None,
+    data_dirs: str | Path | Sequence[str | Path] | None,
     lake: str | Path,
     spark: SparkSession | None = None,
     *,
     master: str | None = None,
     ledger_url: str | None = None,
     broker_name: str | None = None,
+    cluster: str | None = None,
     broker_confs: Sequence[str | Path] = (),
     range_bytes: int = DEFAULT_RANGE_BYTES,
     progress: bool = True,
     allow_no_brokers: bool = False,
 ) -> IngestResult:
-    """Ingest `data_dir` (a cluster data dir or one store dir) and the store roots of the
-    Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a summary.
+    """Ingest `data_dirs` (cluster data dirs or store dirs, one cluster each) and the store
+    roots of the Apache RocketMQ brokers whose configs `broker_confs` names into `lake`; a
+    summary. `ledger_url` holds the first data dir's ledgers (the others': their SQLite
+    files); `cluster` names the cluster of a single data dir whose cluster.json names none.
     `allow_no_brokers` accepts a data dir without brokers (a RabbitMQ system's ledgers)."""
     started = time.monotonic()
-    brokers = _brokers(data_dir, broker_name, broker_confs, required=not allow_no_brokers)
+    dirs = paths(data_dirs)
+    check_names(dirs, cluster)
+    brokers = find_brokers(dirs, broker_name, cluster, broker_confs, not allow_no_brokers)
+    ledgers = find_ledgers(dirs, cluster, ledger_url, brokers)
     spark = spark or build_spark("mqaudit-ingest", master)
     apply_sql_conf(spark)
-    job = _Ingest(spark, Path(data_dir) if data_dir else None, str(Path(lake).resolve()), progress)
+    job = _Ingest(spark, dirs, str(Path(lake).resolve()), progress)
     with lake_lock(lake):  # never beside a maintenance run's VACUUM
-        return job.run(brokers, ledger_url, range_bytes, started)
-
-
-def _brokers(
-    data_dir: str | Path | None,
-    broker_name: str | None,
-    confs: Sequence[str | Path],
-    required: bool = True,
-) -> list[Broker]:
-    """The brokers to read; bad paths fail here, before Spark starts."""
-    found = discover_brokers(Path(data_dir), broker_name) if data_dir else []
-    found += [read_broker_conf(Path(c)).broker for c in confs]
-    seen: dict[tuple[str, int], str] = {}
-    for b in found:
-        other = seen.setdefault((b.name, b.broker_id), b.store_dir)
-        if other != b.store_dir:
-            raise ValueError(f"broker {b.name}/{b.broker_id} twice: {other} and {b.store_dir}")
-    if not found and required:
-        raise ValueError("nothing to ingest: give a data dir or broker configs")
-    return found
+        return job.run(brokers, ledgers, range_bytes, started)
 
 
 class _Ingest:
-    def __init__(
-        self, spark: SparkSession, data_dir: Path | None, lake: str, progress: bool
-    ) -> None:
+    def __init__(self, spark: SparkSession, dirs: list[Path], lake: str, progress: bool) -> None:
         self.spark = spark
         self.io = DeltaIO(spark)
-        self.data_dir = data_dir
+        self.dirs = dirs
         self.lake = lake
         self.say = reporter("ingest", progress)
         self.warnings: list[str] = []
@@ -100,13 +92,15 @@ class _Ingest:
         return table_path(self.lake, name)
 
     def run(
-        self, brokers: list[Broker], ledger_url: str | None, range_bytes: int, started: float
+        self, brokers: list[Broker], ledgers: list[Ledgers], range_bytes: int, started: float
     ) -> IngestResult:
+        where = ", ".join(map(str, self.dirs)) or "broker configs"
+        clusters = ", ".join(sorted({b.cluster for b in brokers} | {x.cluster for x in ledgers}))
         self.say(
-            f"{len(brokers)} broker store dir(s) ({self.data_dir or 'broker configs'}), "
-            f"lake {self.lake} "
-            f"({self.io.backend} Delta backend)",
+            f"{len(brokers)} broker store dir(s) ({where}) of cluster(s) {clusters}, "
+            f"lake {self.lake} ({self.io.backend} Delta backend)",
         )
+        refuse_unkeyed(self.lake)
         for name, schema in INGESTED_TABLES.items():
             self.io.ensure_table(self.path(name), schema, TABLES[name].partitions)
         state = ingest_state.load_state(self._rows("ingest_checkpoint"))
@@ -121,7 +115,7 @@ class _Ingest:
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
         self._filters(brokers, plan.run)
-        self._ledgers(ledger_url)
+        self._ledgers(ledgers)
         self._quarantine(plan, summaries)
         if plan.has_work:
             self._transactions(plan.run)
@@ -137,12 +131,12 @@ class _Ingest:
     ) -> ingest_state.RunPlan:
         items = []
         for b in brokers:
-            key = (b.name, b.broker_id, ingest_state.COMMITLOG)
+            key = ingest_state.key(b, ingest_state.COMMITLOG)
             start = state.next_offset.get(key, (0, -1))[0]
             log = plan_log(b, start, range_bytes)
             if start > log.data_end + 2 and log.data_end > 0:  # past a last unit's zero bytes
                 self.warnings.append(
-                    f"{b.name}/{b.broker_id}: the log ends at {log.data_end}, "
+                    f"{b.cluster}/{b.name}/{b.broker_id}: the log ends at {log.data_end}, "
                     f"before the checkpoint {start} (log replaced?)"
                 )
             if start < log.log_min:
@@ -162,7 +156,7 @@ class _Ingest:
                 end = log.start  # only a known damaged tail, unchanged since: nothing new
             items.append(ingest_state.SourcePlan(b, ingest_state.COMMITLOG, log.start, end))
             cq_start = max(
-                state.next_offset.get((b.name, b.broker_id, ingest_state.CONSUMEQUEUE), (0, 0))[0],
+                state.next_offset.get(ingest_state.key(b, ingest_state.CONSUMEQUEUE), (0, 0))[0],
                 log.log_min,
             )
             # Entries point at messages the lake has or gets in this run, never further.
@@ -204,15 +198,12 @@ class _Ingest:
         self.readers = sorted({s["reader"] for s in summaries.values()})
         self.say(line())
         for item in items:
-            mine = [
-                s
-                for s in summaries.values()
-                if (s["broker"], s["broker_id"]) == (item.broker.name, item.broker.broker_id)
-            ]
+            key = ingest_state.key(item.broker, ingest_state.COMMITLOG)
+            mine = [s for s in summaries.values() if _range_key(s) == key]
             pending = [s["pending_from"] for s in mine if s["pending_from"] is not None]
             ends = [s["end"] for s in mine if s["end"] >= 0]
             nxt = min(pending) if pending else max(ends, default=item.start)
-            self.results[(item.broker.name, item.broker.broker_id, ingest_state.COMMITLOG)] = {
+            self.results[key] = {
                 "next_offset": nxt,
                 "rows": sum(s["units"] for s in mine),
                 "quarantined": sum(len(s["bad"]) for s in mine),
@@ -224,10 +215,10 @@ class _Ingest:
         for item in (i for i in plan.items if i.source == ingest_state.CONSUMEQUEUE):
             b = item.broker
             # Entries only for messages the lake has: up to where the log was read.
-            log = self.results.get((b.name, b.broker_id, ingest_state.COMMITLOG))
+            log = self.results.get(ingest_state.key(b, ingest_state.COMMITLOG))
             done = plan.get(b, ingest_state.COMMITLOG)
             hi = min(item.plan_end, log["next_offset"] if log else done.start if done else 0)
-            self.results[(b.name, b.broker_id, ingest_state.CONSUMEQUEUE)] = {
+            self.results[ingest_state.key(b, ingest_state.CONSUMEQUEUE)] = {
                 "next_offset": max(hi, item.start)
             }
             if hi > item.start:
@@ -238,9 +229,7 @@ class _Ingest:
             self.say(f"consume_queue: {max(n, 0):,} entries from {len(files)} files")
 
     def _offsets(self, brokers: list[Broker], run: int) -> None:
-        have = {
-            (r["broker"], r["broker_id"], r["snapshot_ts"]) for r in self._rows("consumer_offsets")
-        }
+        have = {_snapshot(r) for r in self._rows("consumer_offsets")}
         rows = []
         for b in brokers:
             snaps, bad = offset_history(b)
@@ -256,17 +245,15 @@ class _Ingest:
                 )
                 snap = None
             for one in [*snaps, *([snap] if snap is not None else [])]:
-                if (b.name, b.broker_id, one.snapshot_ts) not in have:
-                    have.add((b.name, b.broker_id, one.snapshot_ts))
+                if (*b.replica, one.snapshot_ts) not in have:
+                    have.add((*b.replica, one.snapshot_ts))
                     rows += [{**r, "ingest_run": run} for r in one.rows]
         if rows:
             self.appended["consumer_offsets"] = self._append_rows("consumer_offsets", rows)
 
     def _filters(self, brokers: list[Broker], run: int) -> None:
         """Each broker's consumerFilter.json, once per version of the file (its time)."""
-        have = {
-            (r["broker"], r["broker_id"], r["snapshot_ts"]) for r in self._rows("consumer_filters")
-        }
+        have = {_snapshot(r) for r in self._rows("consumer_filters")}
         rows = []
         for b in brokers:
             try:
@@ -275,18 +262,20 @@ class _Ingest:
                 file = "config/consumerFilter.json"
                 self.quarantine.append(_bad(b, file, 0, -1, 0, "bad_filters_json", str(e)))
                 continue
-            if snap is not None and (b.name, b.broker_id, snap.snapshot_ts) not in have:
+            if snap is not None and (*b.replica, snap.snapshot_ts) not in have:
                 rows += [{**r, "ingest_run": run} for r in snap.rows]
         if rows:
             self.appended["consumer_filters"] = self._append_rows("consumer_filters", rows)
 
-    def _ledgers(self, ledger_url: str | None) -> None:
-        sources = ledger_sources(self.data_dir, ledger_url)
-        self.appended |= merge_ledgers(self.spark, self.io, self.lake, sources, self.say)
+    def _ledgers(self, ledgers: list[Ledgers]) -> None:
+        for x in ledgers:
+            merged = merge_ledgers(self.spark, self.io, self.lake, x.sources, x.cluster, self.say)
+            for name, n in merged.items():
+                self.appended[name] = self.appended.get(name, 0) + max(n, 0)
 
     def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():
-            b = Broker(s["broker"], s["broker_id"], "")
+            b = Broker(s["broker"], s["broker_id"], "", s["cluster"])
             for bad in s["bad"]:
                 self.quarantine.append(
                     _bad(
@@ -300,7 +289,7 @@ class _Ingest:
                         bad["final"],
                     )
                 )
-        walked = {(s["broker"], s["broker_id"]) for s in summaries.values()}
+        walked = {_replica(s) for s in summaries.values()}
         if not self.quarantine and not walked:
             return
         old = {_quarantine_key(r): r for r in self._rows("quarantine")}
@@ -312,7 +301,7 @@ class _Ingest:
         kept = {
             k: r
             for k, r in old.items()
-            if k not in new and (r["final"] or (r["broker"], r["broker_id"]) not in walked)
+            if k not in new and (r["final"] or _replica(r) not in walked)
         }
         changed = [r for k, r in new.items() if old.get(k) != r]
         if changed or len(kept) + len(new) != len(old):
@@ -340,7 +329,7 @@ class _Ingest:
     def _summary(self, plan: ingest_state.RunPlan, started: float) -> IngestResult:
         seconds = time.monotonic() - started
         messages = sum(
-            r.get("rows", 0) for k, r in self.results.items() if k[2] == ingest_state.COMMITLOG
+            r.get("rows", 0) for k, r in self.results.items() if k[3] == ingest_state.COMMITLOG
         )
         reasons: dict[str, int] = {}
         for q in self.quarantine:
@@ -352,12 +341,13 @@ class _Ingest:
             "lake": self.lake,
             "brokers": [
                 {
+                    "cluster": i.broker.cluster,
                     "broker": i.broker.name,
                     "broker_id": i.broker.broker_id,
                     "source": i.source,
                     "start": i.start,
                     "plan_end": i.plan_end,
-                    **self.results.get((i.broker.name, i.broker.broker_id, i.source), {}),
+                    **self.results.get(ingest_state.key(i.broker, i.source), {}),
                 }
                 for i in plan.items
             ],
@@ -368,6 +358,18 @@ class _Ingest:
             "warnings": self.warnings,
             "seconds": round(seconds, 3),
         }
+
+
+def _range_key(summary: dict[str, Any]) -> Key:
+    return ingest_state.row_key(summary, ingest_state.COMMITLOG)
+
+
+def _replica(row: dict[str, Any]) -> tuple[str, str, int]:
+    return (row["cluster"], row["broker"], row["broker_id"])
+
+
+def _snapshot(row: dict[str, Any]) -> tuple[str, str, int, int]:
+    return (*_replica(row), row["snapshot_ts"])
 
 
 def _quarantine_key(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -385,6 +387,7 @@ def _bad(
     final: bool = True,
 ) -> dict[str, Any]:
     return {
+        "cluster": b.cluster,
         "broker": b.name,
         "broker_id": b.broker_id,
         "file": file,

@@ -24,6 +24,17 @@ COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"
 TXN_APP = "mqaudit-ingest"
 
+Key = tuple[str, str, int, str]  # (cluster, broker, broker id, source)
+
+
+def key(broker: Broker, source: str) -> Key:
+    return (*broker.replica, source)
+
+
+def row_key(row: dict[str, Any], source: str | None = None) -> Key:
+    """The key of a checkpoint (or range summary) row; `source` when the row has none."""
+    return (row["cluster"], row["broker"], int(row["broker_id"]), source or row["source"])
+
 
 @dataclass(frozen=True)
 class SourcePlan:
@@ -56,8 +67,8 @@ class State:
 
     last_run: int
     unfinished: list[dict[str, Any]]  # the planned rows of the last run if it has no done rows
-    # (broker, broker_id, source) -> (next offset, plan end) of its last done run
-    next_offset: dict[tuple[str, int, str], tuple[int, int]]
+    # key -> (next offset, plan end) of its last done run
+    next_offset: dict[Key, tuple[int, int]]
 
 
 def load_state(rows: Iterable[dict[str, Any]]) -> State:
@@ -65,10 +76,9 @@ def load_state(rows: Iterable[dict[str, Any]]) -> State:
     last = max((int(r["run"]) for r in rows), default=0)
     done_runs = {int(r["run"]) for r in rows if r["status"] == "done"}
     unfinished = [r for r in rows if int(r["run"]) == last and last not in done_runs]
-    next_offset: dict[tuple[str, int, str], tuple[int, int]] = {}
+    next_offset: dict[Key, tuple[int, int]] = {}
     for r in sorted((r for r in rows if r["status"] == "done"), key=lambda r: int(r["run"])):
-        key = (r["broker"], int(r["broker_id"]), r["source"])
-        next_offset[key] = (int(r["next_offset"]), int(r["plan_end"]))
+        next_offset[row_key(r)] = (int(r["next_offset"]), int(r["plan_end"]))
     return State(last, [r for r in unfinished if r["status"] == "planned"], next_offset)
 
 
@@ -86,26 +96,25 @@ def dispatch_bound(broker: Broker, plan_end: int) -> int:
 
 
 def resume_plan(state: State, brokers: list[Broker]) -> RunPlan:
-    by_key = {(b.name, b.broker_id): b for b in brokers}
+    by_key = {b.replica: b for b in brokers}
     items = []
     for r in state.unfinished:
-        broker = by_key.get((r["broker"], int(r["broker_id"])))
+        broker = by_key.get(row_key(r)[:3])
         if broker is None:  # the broker's dir is gone: read it as recorded
-            broker = Broker(r["broker"], int(r["broker_id"]), r["store_dir"])
+            broker = Broker(r["broker"], int(r["broker_id"]), r["store_dir"], r["cluster"])
         items.append(SourcePlan(broker, r["source"], int(r["start_offset"]), int(r["plan_end"])))
     return RunPlan(state.last_run, True, items)
 
 
 def rows_for(
-    plan: RunPlan, status: str, results: dict[tuple[str, int, str], dict[str, int]] | None = None
+    plan: RunPlan, status: str, results: dict[Key, dict[str, int]] | None = None
 ) -> list[dict[str, Any]]:
     """Checkpoint rows of the plan: `planned`, or `done` with each item's results
     (`next_offset`, `rows`, `quarantined`)."""
     now = int(time.time() * 1000)
     out = []
     for item in plan.items:
-        key = (item.broker.name, item.broker.broker_id, item.source)
-        res = (results or {}).get(key, {})
+        res = (results or {}).get(key(item.broker, item.source), {})
         out.append(
             {
                 "run": plan.run,
@@ -120,6 +129,7 @@ def rows_for(
                 "rows": res.get("rows", 0),
                 "quarantined": res.get("quarantined", 0),
                 "created_at": now,
+                "cluster": item.broker.cluster,
             }
         )
     return out

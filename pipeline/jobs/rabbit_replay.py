@@ -38,7 +38,9 @@ def dead_letters_df(
     """msg_id, topic (the exchange to send to), dlq_msg_id, store_ts (when the dead letter
     was logged) and death, per message that died in the request's queue, earliest first."""
     log = of_rabbitmq(io.read(table_path(lake, "message_log"), schemas.MESSAGE_LOG))
-    rows = newest_death(log).filter(F.col("dead_queue") == request.group)
+    rows = newest_death(log).filter(
+        (F.col("dead_queue") == request.group) & (F.col("cluster") == request.cluster)
+    )
     if ids is None:
         if request.topic is not None:
             rows = rows.filter(F.col("dead_exchange") == request.topic)

@@ -38,7 +38,7 @@ from broker_runtime.ledger.schema import StubStatus
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs.resend import live_stubs
 from pipeline.lake import REPAIR_LOG, TABLES
-from pipeline.readers.layout import ledger_sources
+from pipeline.readers.layout import cluster_of, ledger_sources
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.replay_plan import (
     LogEntry,
@@ -52,7 +52,7 @@ from pipeline.remediation.replay_request import RepairRequest
 from pipeline.remediation.resend_bodies import Body, find_bodies
 from pipeline.remediation.resend_plan import Candidate, resend_message
 from pipeline.remediation.sender import BrokerClient, BrokerTarget, Stored
-from pipeline.remediation.sends import reconcile, send_all
+from pipeline.remediation.sends import Row, reconcile, send_all
 from pipeline.spark_session import apply_sql_conf, build_spark
 
 REPAIR_ID_PROPERTY = "MQAUDIT_REPAIR_ID"
@@ -78,12 +78,13 @@ def _session(spark: SparkSession | None, master: str | None) -> SparkSession:
     return spark
 
 
-def read_losses(io: DeltaIO, lake: str, request: RepairRequest) -> list[Loss]:
-    """The last audit's lost_after_ack losses the request names, oldest first."""
+def read_losses(io: DeltaIO, lake: str, request: RepairRequest, cluster: str) -> list[Loss]:
+    """The last audit's lost_after_ack losses of `cluster` the request names, oldest first."""
     path = LOSSES.path(lake)
     if not table_exists(path):
         return []
-    df = io.read(path, LOSSES.schema).filter(F.col("kind") == LOST_AFTER_ACK)
+    df = io.read(path, LOSSES.schema)
+    df = df.filter((F.col("kind") == LOST_AFTER_ACK) & (F.col("cluster") == cluster))
     if request.msg_ids:
         df = df.filter(F.col("msg_id").isin(list(request.msg_ids)))
     rows = df.select("msg_id", "topic", "last_ts").distinct().collect()
@@ -91,8 +92,11 @@ def read_losses(io: DeltaIO, lake: str, request: RepairRequest) -> list[Loss]:
     return [Loss(r["msg_id"], r["topic"]) for r in rows]
 
 
-def read_log(io: DeltaIO, lake: str) -> list[LogEntry]:
+def read_log(io: DeltaIO, lake: str, cluster: str | None = None) -> list[LogEntry]:
+    """The repair log's entries (of `cluster` only, if given)."""
     df = io.read(REPAIR_LOG.path(lake), REPAIR_LOG.schema)
+    if cluster is not None:
+        df = df.filter(F.col("cluster") == cluster)
     return [
         LogEntry(
             r["repair_id"], r["msg_id"], None, r["topic"], Status(r["status"]), r["reason"],
@@ -102,19 +106,18 @@ def read_log(io: DeltaIO, lake: str) -> list[LogEntry]:
     ]  # fmt: skip
 
 
-def _row(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
-    broker, queue_id, offset = stored if stored is not None else (None, None, None)
-    return {
-        "repair_id": e.replay_id,
-        "msg_id": e.msg_id,
-        "topic": e.topic,
-        "status": status.value,
-        "reason": reason,
-        "broker": broker,
-        "queue_id": queue_id,
-        "new_offset": offset,
-        "ts": _now_ms(),
-    }
+def _row_of(cluster: str) -> Row:
+    """The log row of a repair event in `cluster`."""
+
+    def row(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
+        broker, queue_id, offset = stored if stored is not None else (None, None, None)
+        return {
+            "repair_id": e.replay_id, "msg_id": e.msg_id, "topic": e.topic,
+            "status": status.value, "reason": reason, "broker": broker, "queue_id": queue_id,
+            "new_offset": offset, "ts": _now_ms(), "cluster": cluster,
+        }  # fmt: skip
+
+    return row
 
 
 def _outcome_log(spark: SparkSession, io: DeltaIO, lake: str) -> OutcomeLog:
@@ -179,14 +182,16 @@ def plan_step(
     if not Path(lake).is_dir():
         raise ValueError(f"lake {lake} does not exist (ingest and audit the cluster first)")
     with _Ledger(data_dir, ledger_url) as ledger:  # a wrong data dir fails before Spark starts
+        cluster = cluster_of(data_dir, request.cluster)
+        _row = _row_of(cluster)
         spark = _session(spark, master)
         io = DeltaIO(spark)
-        say(f"{repair_id}: {request.describe()}")
-        losses = read_losses(io, lake, request)
+        say(f"{repair_id}: {request.describe()} in {cluster}")
+        losses = read_losses(io, lake, request, cluster)
         _, _, unrepairable = ledger.sources(losses, io, lake)
     say(f"{len(losses)} lost_after_ack loss(es), {len(unrepairable)} not repairable")
     with _outcome_log(spark, io, lake) as log:
-        entries = read_log(io, lake)
+        entries = read_log(io, lake, cluster)
         keys = {loss.msg_id for loss in losses}
         doubt = [e for e in in_doubt(entries, exclude_replay=repair_id) if e.msg_id in keys]
         settled: dict[str, int] = {}
@@ -194,7 +199,7 @@ def plan_step(
             say(f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker")
             with BrokerClient(target) as client:
                 settled = reconcile(doubt, client, log, _row, REPAIR_ID_PROPERTY)
-            entries = read_log(io, lake)
+            entries = read_log(io, lake, cluster)
         plan = plan_sends(
             repair_id, losses, entries, _now_ms(), dry_run=request.dry_run, force=request.force,
             max_messages=request.max_messages, unsendable=unrepairable, done="already repaired",
@@ -231,11 +236,13 @@ def send_step(
     spark = _session(spark, master)
     io = DeltaIO(spark)
     confirmations: list[Confirmation] = []
+    cluster = cluster_of(data_dir, request.cluster)
+    logged = _row_of(cluster)
 
     def row(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
         if status is Status.SENT and stored is not None:
             confirmations.append(Confirmation(e.msg_id, *stored))
-        return _row(e, status, reason, stored)
+        return logged(e, status, reason, stored)
 
     counts = {"sent": 0, "failed": 0, "refused": 0}
     with (
@@ -244,12 +251,12 @@ def send_step(
         BrokerClient(target, retry_times=0) as client,
     ):
         try:
-            entries = [e for e in read_log(io, lake) if e.replay_id == repair_id]
+            entries = [e for e in read_log(io, lake, cluster) if e.replay_id == repair_id]
             own = in_doubt(entries) if resume else []
             if own:
                 say(f"resuming: settling {len(own)} unknown outcome(s) on the broker")
                 reconcile(own, client, log, row, REPAIR_ID_PROPERTY)
-                entries = [e for e in read_log(io, lake) if e.replay_id == repair_id]
+                entries = [e for e in read_log(io, lake, cluster) if e.replay_id == repair_id]
             todo = pending(repair_id, entries)
             say(f"{repair_id}: {len(todo)} message(s) to send at {request.messages_per_second:g}/s")
             losses = [Loss(e.msg_id, e.topic) for e in todo]

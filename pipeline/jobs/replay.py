@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TypeAlias
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,7 +27,7 @@ from broker_runtime.common.progress import reporter
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
 from pipeline.jobs import rabbit_replay
-from pipeline.lake import DLQ_REPLAY_LOG, table_path
+from pipeline.lake import DLQ_REPLAY_LOG, one_cluster, table_path
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.replay_plan import (
@@ -71,6 +72,7 @@ def dead_letters_df(
     repeated dead-lettering collapsed), filtered by the request (or only by `ids`)."""
     m = io.read(table_path(lake, "messages"), schemas.MESSAGES)
     cond = F.col("is_dlq") & ~F.col("is_scheduled") & (F.col("consumer_group") == request.group)
+    cond &= F.col("cluster") == request.cluster
     if ids is None:
         if request.topic is not None:
             cond &= F.col("original_topic") == request.topic
@@ -96,10 +98,18 @@ def dead_letters_df(
     )
 
 
-def read_log(io: DeltaIO, lake: str, group: str, system: str = ROCKETMQ) -> list[LogEntry]:
+def read_log(io: DeltaIO, lake: str, request: ReplayRequest) -> list[LogEntry]:
+    """The replay log's entries of the request's cluster, group and system."""
     df = io.read(DLQ_REPLAY_LOG.path(lake), DLQ_REPLAY_LOG.schema)
-    mine = (F.col("group") == group) & (F.coalesce(F.col("system"), F.lit(ROCKETMQ)) == system)
+    system = F.coalesce(F.col("system"), F.lit(ROCKETMQ))
+    mine = (F.col("group") == request.group) & (system == request.system)
+    mine &= F.col("cluster") == request.cluster
     return [LogEntry.of(r.asDict()) for r in df.filter(mine).collect()]
+
+
+def _for_cluster(lake: str, request: ReplayRequest) -> ReplayRequest:
+    """The request with its cluster named (the lake's only one if it names none)."""
+    return replace(request, cluster=one_cluster(lake, request.cluster))
 
 
 def _client(request: ReplayRequest, target: Target) -> BrokerClient | RabbitClient:
@@ -147,10 +157,11 @@ def plan_step(
     real runs are settled on the broker first (not in a dry run: those stay skipped)."""
     spark = _session(spark, master)
     io = DeltaIO(spark)
-    reporter("replay", progress)(f"{replay_id}: {request.describe()}")
+    request = _for_cluster(lake, request)
+    reporter("replay", progress)(f"{replay_id}: {request.describe()} in {request.cluster}")
     letters = _letters(io, lake, request)
     reporter("replay", progress)(f"{len(letters)} dead letter(s) of {request.group} match")
-    entries = read_log(io, lake, request.group, request.system)
+    entries = read_log(io, lake, request)
     keys = {d.msg_id for d in letters}
     doubt = [e for e in in_doubt(entries, exclude_replay=replay_id) if e.msg_id in keys]
     settled: dict[str, int] = {}
@@ -160,11 +171,10 @@ def plan_step(
                 f"settling {len(doubt)} unknown outcome(s) of earlier runs on the broker"
             )
             with _client(request, target) as client:
-                row = _entry(request.system)
-                settled = reconcile(doubt, client, log, row, REPLAY_ID_PROPERTY)
-            entries = read_log(io, lake, request.group, request.system)
+                settled = reconcile(doubt, client, log, _entry(request), REPLAY_ID_PROPERTY)
+            entries = read_log(io, lake, request)
         plan = plan_replay(replay_id, request, letters, entries, _now_ms())
-        log.extend([{**e.as_row(), "system": request.system} for e in plan.rows])
+        log.extend([_named(e.as_row(), request) for e in plan.rows])
     summary = {**plan.summary(), "matched": len(letters), "settled": settled}
     reporter("replay", progress)(
         f"plan: {summary['planned']} to send, {summary['skipped']} skipped "
@@ -191,8 +201,9 @@ def send_step(
         return {"replay_id": replay_id, "dry_run": True, "sent": 0, "failed": 0}
     spark = _session(spark, master)
     io = DeltaIO(spark)
+    request = _for_cluster(lake, request)
     counts = {"sent": 0, "failed": 0, "refused": 0}
-    row = _entry(request.system)
+    row = _entry(request)
     with _outcome_log(spark, io, lake) as log, _client(request, target) as client:
         entries = _mine(io, lake, request, replay_id)
         if resume:
@@ -224,9 +235,7 @@ _MISSING = {
 
 
 def _mine(io: DeltaIO, lake: str, request: ReplayRequest, replay_id: str) -> list[LogEntry]:
-    return [
-        e for e in read_log(io, lake, request.group, request.system) if e.replay_id == replay_id
-    ]
+    return [e for e in read_log(io, lake, request) if e.replay_id == replay_id]
 
 
 def _messages(
@@ -249,13 +258,18 @@ def _messages(
     }  # fmt: skip
 
 
-def _entry(system: str) -> Row:
-    """The log row of an outcome of a replay of `system`."""
+def _named(row: dict[str, Any], request: ReplayRequest) -> dict[str, Any]:
+    """A log row with the request's system and cluster."""
+    return {**row, "system": request.system, "cluster": request.cluster}
+
+
+def _entry(request: ReplayRequest) -> Row:
+    """The log row of an outcome of the request's replay."""
 
     def row(e: LogEntry, status: Status, reason: str, stored: Stored | None) -> dict[str, Any]:
         offset = stored[2] if stored is not None else None
         entry = LogEntry(e.replay_id, e.msg_id, e.group, e.topic, status, reason, offset, _now_ms())
-        return {**entry.as_row(), "system": system}
+        return _named(entry.as_row(), request)
 
     return row
 
@@ -265,6 +279,7 @@ def replay_summary(
 ) -> dict[str, Any]:
     """Where every message of the replay stands (its latest log row), with a few examples."""
     io = DeltaIO(_session(spark, None))
+    request = _for_cluster(lake, request)
     mine = _mine(io, lake, request, replay_id)
     return {"replay_id": replay_id, "request": request.to_dict(), **where_they_stand(mine)}
 

@@ -7,6 +7,8 @@ cannot hide an attempt), sends it through the producer client with its UNIQ_KEY 
 acknowledged, confirms the stub at its new offset. Stubs at the max send count, and messages
 whose body is nowhere, are voided and listed for a person (a CSV and JSON report). Every
 action is a row of the Delta table `resend_log`. Runnable as `python -m pipeline.jobs.resend`.
+A run acts on the cluster of its data dir (its ledger): the candidates of other clusters in
+the lake are theirs.
 
 RabbitMQ stubs (`system` rabbitmq) go the same way to a `RabbitTarget`: published again to
 the stub's exchange and routing key with its headers, its `message_id` and a run-id header
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from sqlalchemy import Engine, select
 
 from broker_runtime.client.model import MQClientError
@@ -41,7 +44,7 @@ from broker_runtime.ledger.schema import message_log, message_stub
 from broker_runtime.remoting.connection import RemotingError
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import RESEND_LOG, table_path
-from pipeline.readers.layout import ledger_sources
+from pipeline.readers.layout import cluster_of, ledger_sources
 from pipeline.remediation.outcome_log import OutcomeLog
 from pipeline.remediation.rabbit_sender import RabbitClient, RabbitTarget
 from pipeline.remediation.reasons import failure_reason
@@ -60,7 +63,8 @@ from pipeline.spark_session import apply_sql_conf, build_spark
 
 CANDIDATES = "resend_candidates"
 CANDIDATE_COLUMNS = struct_of(
-    "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, send_count:int, system:str"
+    "msg_id:str, topic:str, tags:str, keys:str, body_hash:str, send_count:int, system:str,"
+    " cluster:str"
 )
 MANUAL = "manual_handling"
 
@@ -69,12 +73,14 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _read(io: DeltaIO, lake: str, name: str) -> list[Candidate]:
-    """The stub columns of an audit table (it has more; the audit owns its schema)."""
+def _read(io: DeltaIO, lake: str, name: str, cluster: str) -> list[Candidate]:
+    """The stub columns of an audit table's rows of `cluster` (it has more; the audit owns
+    its schema)."""
     path = table_path(lake, name)
     if not table_exists(path):
         return []
-    return [Candidate.of(r.asDict()) for r in io.read(path, CANDIDATE_COLUMNS).collect()]
+    df = io.read(path, CANDIDATE_COLUMNS).filter(F.col("cluster") == cluster).drop("cluster")
+    return [Candidate.of(r.asDict()) for r in df.collect()]
 
 
 def live_stubs(engine: Engine, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -110,8 +116,14 @@ class _Run:
     """One resend run: the ledger, the log and the counts it keeps."""
 
     def __init__(
-        self, ledger: ProducerLedger, log: OutcomeLog, run_id: str, max_send_count: int
+        self,
+        ledger: ProducerLedger,
+        log: OutcomeLog,
+        run_id: str,
+        max_send_count: int,
+        cluster: str,
     ) -> None:
+        self.cluster = cluster
         self.ledger = ledger
         self.log = log
         self.run_id = run_id
@@ -138,6 +150,7 @@ class _Run:
                 "new_offset": offset,
                 "ts": _now_ms(),
                 "system": c.system or "rocketmq",
+                "cluster": self.cluster,
             }
         )
         self.counts[action.value] += 1
@@ -234,11 +247,13 @@ def run_resend(
     spark = spark or build_spark("mqaudit-resend", master)
     apply_sql_conf(spark)
     io = DeltaIO(spark)
-    candidates, manual = _read(io, lake, CANDIDATES), _read(io, lake, MANUAL)
+    cluster = cluster_of(data_dir)  # its ledger's stubs are what this run may send
+    candidates, manual = _read(io, lake, CANDIDATES, cluster), _read(io, lake, MANUAL, cluster)
     sources = ledger_sources(data_dir, ledger_url)
     summary: dict[str, Any] = {
         "run_id": run_id,
         "as_of_ms": as_of_ms,
+        "cluster": cluster,
         "candidates": len(candidates),
         "manual_candidates": len(manual),
     }
@@ -261,7 +276,7 @@ def run_resend(
         path = RESEND_LOG.path(lake)
         io.ensure_table(path, RESEND_LOG.schema)
         with OutcomeLog(spark, io, path, RESEND_LOG.schema) as log:
-            run = _Run(ledger, log, run_id, max_send_count)
+            run = _Run(ledger, log, run_id, max_send_count, cluster)
             for d in plan.decided:
                 if d.action is Action.SKIPPED:
                     run.record(d.candidate, Action.SKIPPED, d.reason)

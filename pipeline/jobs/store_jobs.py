@@ -48,7 +48,7 @@ def ingest_log(
     def produce(row: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         task, result = RangeTask(**row), WalkResult()
         for raw in read_range(task, result):
-            yield to_messages(raw, run)
+            yield to_messages(raw, run, task.cluster)
         acc.add({task.range_id: summary(task, result)})
 
     rows = [t.as_row() for t in tasks]

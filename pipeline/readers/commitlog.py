@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.store.mapped_file import NAME_DIGITS
 from broker_runtime.store.segment_scan import BadRange, nonzero_at
 from pipeline.readers.segments import SegmentWalker, WalkResult
@@ -33,10 +34,17 @@ class Broker:
     name: str
     broker_id: int  # 0 master, 1 slave
     store_dir: str
+    cluster: str = DEFAULT_CLUSTER  # brokerClusterName
+
+    @property
+    def replica(self) -> tuple[str, str, int]:
+        """(cluster, broker name, broker id): what names this replica in the lake."""
+        return (self.cluster, self.name, self.broker_id)
 
 
 @dataclass(frozen=True)
 class RangeTask:
+    cluster: str
     broker: str
     broker_id: int
     path: str  # the segment file
@@ -50,7 +58,7 @@ class RangeTask:
 
     @property
     def range_id(self) -> str:
-        return f"{self.broker}/{self.broker_id}/{self.file_from + self.start}"
+        return f"{self.cluster}/{self.broker}/{self.broker_id}/{self.file_from + self.start}"
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,7 +143,8 @@ def plan_log(
             stop = min(seg_stop, pos + range_bytes)
             exact = pos == seg_start
             task = RangeTask(
-                broker.name, broker.broker_id, str(path), file_from, pos, stop, exact, is_last,
+                broker.cluster, broker.name, broker.broker_id, str(path), file_from, pos, stop,
+                exact, is_last,
                 seg_data_end, -1 if after is None else int(after.name),
             )  # fmt: skip
             tasks.append(task)
@@ -174,6 +183,7 @@ def _close(m: mmap.mmap) -> None:
 def summary(task: RangeTask, result: WalkResult) -> dict[str, Any]:
     """What the driver needs of a finished range (plain types: it travels by accumulator)."""
     return {
+        "cluster": task.cluster,
         "broker": task.broker,
         "broker_id": task.broker_id,
         "file": Path(task.path).name,

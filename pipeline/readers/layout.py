@@ -10,6 +10,8 @@ from typing import Any
 
 import javaproperties
 
+from broker_runtime.cluster.layout import CLUSTER_FILE
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.common.topics import validate_group
 from pipeline.readers.commitlog import Broker
 
@@ -24,15 +26,30 @@ class LedgerSources:
     message_log: str | None
 
 
-def discover_brokers(data_dir: Path, broker_name: str | None = None) -> list[Broker]:
-    """The store dirs of DIR: from DIR/cluster.json, else DIR/brokers/<group>/{master,slave}.
+def cluster_of(data_dir: Path, cluster: str | None = None) -> str:
+    """The cluster a data dir belongs to: `cluster` if given, else its cluster.json's
+    `cluster_name`, else RocketMQ's default. A legal name (it ends up in SQL predicates)."""
+    name = cluster
+    doc = data_dir / CLUSTER_FILE
+    if name is None and doc.is_file():
+        data = json.loads(doc.read_text())
+        name = data.get("cluster_name") if isinstance(data, dict) else None
+    return validate_group(name or DEFAULT_CLUSTER)
+
+
+def discover_brokers(
+    data_dir: Path, broker_name: str | None = None, cluster: str | None = None
+) -> list[Broker]:
+    """The store dirs of DIR: from DIR/cluster.json, else DIR/brokers/<group>/{master,slave};
+    each of the cluster `cluster_of(DIR, cluster)`.
 
     A bare store dir (one with commitlog/) is one broker named `broker_name` (default: the
     directory's name), broker id 0. Broker names must be legal group names (they end up in
     partition paths and SQL predicates): InvalidNameError otherwise.
     """
+    name = cluster_of(data_dir, cluster)
     return [
-        Broker(validate_group(b.name), b.broker_id, b.store_dir)
+        Broker(validate_group(b.name), b.broker_id, b.store_dir, name)
         for b in _brokers(data_dir, broker_name)
     ]
 
@@ -42,9 +59,9 @@ def _brokers(data_dir: Path, broker_name: str | None) -> list[Broker]:
         raise FileNotFoundError(f"data dir {data_dir} does not exist")
     if (data_dir / "commitlog").is_dir():
         return [Broker(broker_name or data_dir.resolve().name, 0, str(data_dir.resolve()))]
-    cluster = data_dir / "cluster.json"
-    if cluster.is_file():
-        return _from_cluster_json(data_dir, json.loads(cluster.read_text()))
+    doc = data_dir / CLUSTER_FILE
+    if doc.is_file():
+        return _from_cluster_json(data_dir, json.loads(doc.read_text()))
     found = []
     for group in sorted(p for p in (data_dir / "brokers").glob("*") if p.is_dir()):
         for role, broker_id in ROLES.items():
@@ -63,7 +80,7 @@ def _from_cluster_json(data_dir: Path, doc: Any) -> list[Broker]:
             continue  # name servers
         group = node.get("broker") or node.get("group") or node.get("broker_name")
         if not group:
-            raise ValueError(f"{data_dir / 'cluster.json'}: a {role} node has no broker group")
+            raise ValueError(f"{data_dir / CLUSTER_FILE}: a {role} node has no broker group")
         broker_id = int(node.get("broker_id", ROLES[role]))
         store = node.get("store_dir") or str(data_dir / "brokers" / group / role)
         path = Path(store) if Path(store).is_absolute() else data_dir / store
@@ -107,8 +124,9 @@ def read_broker_conf(path: Path) -> RealBroker:
         )
     if not (root / "commitlog").is_dir():
         raise FileNotFoundError(f"{path}: {root} has no commitlog/ directory: not a store root")
-    cluster = conf.get("brokerClusterName", "DefaultCluster").strip()
-    return RealBroker(cluster, Broker(validate_group(name), broker_id, str(root.resolve())))
+    cluster = validate_group(conf.get("brokerClusterName", DEFAULT_CLUSTER).strip())
+    broker = Broker(validate_group(name), broker_id, str(root.resolve()), cluster)
+    return RealBroker(cluster, broker)
 
 
 def ledger_sources(data_dir: Path | None, ledger_url: str | None = None) -> LedgerSources:

@@ -23,8 +23,9 @@ class LedgerError(RuntimeError):
     """A ledger table exists but lacks columns of the contract."""
 
 
-def read_table(url: str, table: str, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Batches of `table` with `schema`'s columns; nothing if the table does not exist."""
+def read_table(url: str, table: str, schema: StructType, cluster: str) -> Iterator[pa.RecordBatch]:
+    """Batches of `table` with `schema`'s columns, `cluster` (the ledger's cluster, not a
+    ledger column) in each row; nothing if the table does not exist."""
     engine = create_engine(url)
     target = arrow_schema(schema)
     try:
@@ -32,14 +33,15 @@ def read_table(url: str, table: str, schema: StructType) -> Iterator[pa.RecordBa
             if not inspect(conn).has_table(table):
                 return
             t = Table(table, MetaData(), autoload_with=conn)
-            missing = [
-                f.name for f in schema.fields if f.name not in t.c and f.name not in LEDGER_DEFAULTS
-            ]
+            given = {**LEDGER_DEFAULTS, "cluster": cluster}
+            missing = [f.name for f in schema.fields if f.name not in t.c and f.name not in given]
             if missing:
                 raise LedgerError(f"{table} in {engine.url!r} has no column(s) {missing}")
             # A ledger older than the added columns: their defaults in their place.
             picked: list[Any] = [
-                t.c[f.name] if f.name in t.c else literal(LEDGER_DEFAULTS[f.name]).label(f.name)
+                t.c[f.name]  # the lake's cluster wins over a ledger's own column
+                if f.name in t.c and f.name != "cluster"
+                else literal(given[f.name]).label(f.name)
                 for f in schema.fields
             ]
             query = select(*picked).order_by(*[t.c[c.name] for c in t.primary_key.columns])

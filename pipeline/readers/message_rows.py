@@ -53,9 +53,9 @@ def store_dates(store_ts: pa.Array) -> pa.Array:
     return pa.array(days, pa.int32(), mask=~ok).cast(pa.date32())
 
 
-def to_messages(raw: pa.RecordBatch, run: int) -> pa.RecordBatch:
-    """One reader batch (RAW_MESSAGE and the PICKED property columns) -> the MESSAGES batch of
-    the same rows."""
+def to_messages(raw: pa.RecordBatch, run: int, cluster: str) -> pa.RecordBatch:
+    """One reader batch (RAW_MESSAGE and the PICKED property columns) of a broker of `cluster`
+    -> the MESSAGES batch of the same rows."""
     topic = raw.column("topic")
     real_topic, uniq = raw.column("prop_real_topic"), raw.column("prop_uniq_key")
     scheduled = pc.equal(topic, SCHEDULE_TOPIC)
@@ -78,6 +78,7 @@ def to_messages(raw: pa.RecordBatch, run: int) -> pa.RecordBatch:
         "delay_level": _ints(raw.column("prop_delay")),
         "ingest_run": pa.array(np.full(raw.num_rows, run, dtype=np.int64)),
         "store_date": store_dates(raw.column("store_ts")),
+        "cluster": pa.repeat(pa.scalar(cluster, pa.string()), raw.num_rows),
     }
     columns = [derived[f.name] if f.name in derived else raw.column(f.name) for f in MESSAGES_ARROW]
     return pa.RecordBatch.from_arrays(columns, schema=MESSAGES_ARROW)

@@ -31,6 +31,7 @@ _CQ_ARROW = arrow_schema(CONSUME_QUEUE)
 
 @dataclass(frozen=True)
 class CqFile:
+    cluster: str
     broker: str
     broker_id: int
     topic: str
@@ -61,7 +62,7 @@ def _files(qdir: Path) -> list[Path]:
 def plan_cq(broker: Broker, lo: int, hi: int) -> list[CqFile]:
     """Every ConsumeQueue file of the broker, to be read for entries pointing into [lo, hi)."""
     return [
-        CqFile(broker.name, broker.broker_id, topic, qid, str(path), lo, hi)
+        CqFile(broker.cluster, broker.name, broker.broker_id, topic, qid, str(path), lo, hi)
         for topic, qid, qdir in queue_dirs(broker.store_dir)
         for path in _files(qdir)
     ]
@@ -94,6 +95,7 @@ def read_cq_file(task: CqFile, run: int) -> pa.RecordBatch:
         pa.array(size[keep]),
         pa.array(e["tags"][keep].astype(np.int64)),
         pa.array(np.full(n, run, dtype=np.int64)),
+        pa.repeat(pa.scalar(task.cluster, pa.string()), n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=_CQ_ARROW)
 
@@ -166,6 +168,7 @@ def _snapshot_rows(
             lo, hi = bounds.get((topic, qid), (0, 0))
             rows.append(
                 {
+                    "cluster": broker.cluster,
                     "broker": broker.name,
                     "broker_id": broker.broker_id,
                     "snapshot_ts": snapshot_ts,
@@ -222,6 +225,7 @@ def filter_snapshot(broker: Broker) -> OffsetSnapshot | None:
     snapshot_ts = os.stat(source).st_mtime_ns // 1_000_000
     rows = [
         {
+            "cluster": broker.cluster,
             "broker": broker.name,
             "broker_id": broker.broker_id,
             "snapshot_ts": snapshot_ts,

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "dry_run": True,
     "force": False,
     "system": "rocketmq",
+    "cluster": None,  # the lake's only cluster (or the replaying data dir's)
 }
 
 
@@ -66,6 +67,7 @@ class ReplayRequest:
     # published to (as the audit's dead_lettered rows say), the times when a consumer of the
     # dead-letter queue logged them.
     system: str = "rocketmq"
+    cluster: str | None = None  # None: the lake's only cluster (pipeline.lake.one_cluster)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (an XCom value); `from_dict` reads it back."""
@@ -201,6 +203,12 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
             "dead-letter queue must be asked for explicitly (e.g. from_time=0)"
         )
     max_messages, rate = _limits(p, problems)
+    cluster = None
+    if p["cluster"] is not None:
+        try:
+            cluster = validate_group(p["cluster"])
+        except ValueError as e:
+            problems.append(f"cluster: {e}")
     if problems:
         raise ReplayParamError(problems)
     return ReplayRequest(
@@ -214,6 +222,7 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
         dry_run=bool(p["dry_run"]),
         force=bool(p["force"]),
         system=str(system),
+        cluster=cluster,
     )
 
 
@@ -262,6 +271,7 @@ class RepairRequest:
     messages_per_second: float = DEFAULTS["messages_per_second"]
     dry_run: bool = True
     force: bool = False
+    cluster: str | None = None  # None: the lake's only cluster (pipeline.lake.one_cluster)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "msg_ids": list(self.msg_ids)}

@@ -41,6 +41,7 @@ CSV_COLUMNS = [
     "cause",
     "as_of_ms",
     "system",  # rocketmq or rabbitmq (a RabbitMQ group is its queue)
+    "cluster",
 ]
 
 
@@ -54,10 +55,11 @@ def chain_text(chain: Any) -> str:
 
 def _groups(dlq: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
-    for group, rows in dlq.groupby("group"):
+    for (cluster, group), rows in dlq.groupby(["cluster", "group"]):
         waiting = rows[~rows["replayed"].astype(bool)]
         out.append(
             {
+                "cluster": cluster,
                 "group": group,
                 "total": len(rows),
                 "waiting": len(waiting),

@@ -23,7 +23,7 @@ def latest_lag(lag: pd.DataFrame) -> pd.DataFrame:
     """Each group and queue at its latest snapshot."""
     if lag.empty:
         return lag
-    keys = ["group", "topic", "broker", "queue_id"]
+    keys = ["group", "topic", "cluster", "broker", "queue_id"]
     last = lag.groupby(keys)["snapshot_ts"].transform("max")
     return lag[lag["snapshot_ts"] == last]
 
@@ -35,13 +35,27 @@ def of_system(df: pd.DataFrame, system: str) -> pd.DataFrame:
     return df[df["system"].fillna(findings.ROCKETMQ) == system]
 
 
-def finding_counts(tables: Tables, system: str | None = None) -> dict[str, Any]:
+def of_cluster(df: pd.DataFrame, cluster: str) -> pd.DataFrame:
+    """The rows of one cluster."""
+    return df[df["cluster"] == cluster] if "cluster" in df.columns else df.iloc[0:0]
+
+
+def clusters_of(tables: Tables) -> list[str]:
+    """The clusters the tables have rows of."""
+    found = {c for t in tables.values() if "cluster" in t.columns for c in t["cluster"].dropna()}
+    return sorted(map(str, found))
+
+
+def finding_counts(
+    tables: Tables, system: str | None = None, cluster: str | None = None
+) -> dict[str, Any]:
     """The findings counted as the summary counts them (duplicates and losses by kind,
     duplicates by cause, dead letters and those waiting, resend candidates), of every
-    system or of `system`'s rows only."""
+    system or of `system`'s rows only, of every cluster or of `cluster`'s only."""
 
     def rows(name: str) -> pd.DataFrame:
-        return tables[name] if system is None else of_system(tables[name], system)
+        df = tables[name] if system is None else of_system(tables[name], system)
+        return df if cluster is None else of_cluster(df, cluster)
 
     dup, dlq = rows("audit_duplicates"), rows("audit_dead_letters")
     return {
@@ -86,6 +100,13 @@ def summarize(tables: Tables) -> dict[str, Any]:
         "manual_handling": manual,
         "consistency": consistency,
         "systems": {system: finding_counts(tables, system) for system in findings.SYSTEMS},
+        "clusters": {
+            c: {
+                **finding_counts(tables, cluster=c),
+                "systems": {s: finding_counts(tables, s, c) for s in findings.SYSTEMS},
+            }
+            for c in clusters_of(tables)
+        },
     }
     problems = []
     if losses_by_kind:
@@ -115,16 +136,17 @@ ATTENTION = (
 
 
 def attention(tables: Tables) -> list[dict[str, Any]]:
-    """Per group, what needs a person: lost, processed twice, delivered twice, dead letters
-    not replayed, queues stalled or stopped now, the largest lag now. Groups with none of
-    these are left out; the worst first."""
-    counts: dict[str, dict[str, int]] = {}
+    """Per cluster and group, what needs a person: lost, processed twice, delivered twice,
+    dead letters not replayed, queues stalled or stopped now, the largest lag now. Groups
+    with none of these are left out; the worst first."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
 
     def add(df: pd.DataFrame, column: str) -> None:
         if df.empty:
             return
-        for group, n in df["group"].fillna(NO_GROUP).value_counts().items():
-            counts.setdefault(str(group), {})[column] = int(n)
+        keys = df[["cluster", "group"]].fillna({"group": NO_GROUP, "cluster": ""})
+        for (cluster, group), n in keys.value_counts().items():
+            counts.setdefault((str(cluster), str(group)), {})[column] = int(n)
 
     dup, dlq = tables["audit_duplicates"], tables["audit_dead_letters"]
     add(tables["audit_losses"], "lost")
@@ -135,16 +157,18 @@ def attention(tables: Tables) -> list[dict[str, Any]]:
     now = latest_lag(tables["audit_lag"])
     add(now[now["status"].isin(["STALLED", "STOPPED"])] if not now.empty else now, "stuck_queues")
     rows = []
-    for group, c in counts.items():
-        lag = now[now["group"] == group] if not now.empty else now
+    for (cluster, group), c in counts.items():
+        mine = (now["group"] == group) & (now["cluster"] == cluster) if not now.empty else None
+        lag = now[mine] if mine is not None else now
         rows.append(
             {
+                "cluster": cluster,
                 "group": group,
                 **{k: c.get(k, 0) for k in ATTENTION},
                 "lag_messages": int(lag["lag_messages"].sum()) if not lag.empty else 0,
             }
         )
-    return sorted(rows, key=lambda r: (*(-r[k] for k in ATTENTION), r["group"]))
+    return sorted(rows, key=lambda r: (*(-r[k] for k in ATTENTION), r["cluster"], r["group"]))
 
 
 def _records(df: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
@@ -165,14 +189,16 @@ def worst(tables: Tables, top: int = TOP) -> dict[str, list[dict[str, Any]]]:
     resend = tables["resend_candidates"].sort_values("next_resend_at")
     manual = tables["manual_handling"].sort_values("updated_at")
     consistency = tables["consistency"].sort_values("count", ascending=False)
-    where = ["topic", "broker", "queue_id", "queue_offset"]
-    stub = ["msg_id", "cause", "topic", "broker", "queue_id", "queue_offset", "send_count"]
+    where = ["topic", "cluster", "broker", "queue_id", "queue_offset"]
+    stub = ["msg_id", "cause", "topic", "cluster", "broker", "queue_id", "queue_offset"]
+    stub.append("send_count")
     return {
         "lag": _records(
             lag.head(top),
             [
                 "group",
                 "topic",
+                "cluster",
                 "broker",
                 "queue_id",
                 "snapshot_ts",

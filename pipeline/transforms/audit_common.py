@@ -18,12 +18,15 @@ CONSUMED = Outcome.CONSUMED.value
 FAILURES = [Outcome.RECONSUME_LATER.value, Outcome.FAILED.value]
 
 # One stored copy of a message: master and slave hold the same unit at the same log offset,
-# so (broker group, log offset, UNIQ_KEY) names a copy once, whichever replicas have it.
-COPY = ["broker", "phys_offset", "uniq_key"]
-QUEUE = ["broker", "topic", "queue_id"]
+# so (cluster, broker group, log offset, UNIQ_KEY) names a copy once, whichever replicas
+# have it. Two clusters may both have a broker-a: a broker is (cluster, broker) everywhere.
+BROKER = ["cluster", "broker"]
+COPY = [*BROKER, "phys_offset", "uniq_key"]
+QUEUE = [*BROKER, "topic", "queue_id"]
 
 # The slim view of `messages` the audits read (no bodies or property maps).
 MESSAGE_COLUMNS = [
+    "cluster",
     "broker",
     "broker_id",
     "phys_offset",
@@ -127,7 +130,7 @@ def preferred_offsets(offsets: DataFrame) -> DataFrame:
     A slave's consumerOffset.json is a delayed copy of the master's; mixing both into one
     series would show offsets going back and forth that never did.
     """
-    per_broker = Window.partitionBy("broker").rowsBetween(
+    per_broker = Window.partitionBy(*BROKER).rowsBetween(
         Window.unboundedPreceding, Window.unboundedFollowing
     )
     return (
@@ -175,6 +178,7 @@ def undelivered_rows(
         cause.alias("cause"),
         F.lit(1).cast("long").alias("count"),
         "topic",
+        "cluster",
         "broker",
         "queue_id",
         "queue_offset",

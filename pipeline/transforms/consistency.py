@@ -18,7 +18,7 @@ from broker_runtime.common import findings
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import QUEUE, conform, preferred_offsets
 
-_REPLICA = ["broker", "broker_id"]
+_REPLICA = ["cluster", "broker", "broker_id"]
 
 
 def _none(kind: str) -> Column:
@@ -28,6 +28,7 @@ def _none(kind: str) -> Column:
 def _in_quarantine(quarantine: DataFrame, lo: Column, hi: Column) -> tuple[DataFrame, Column]:
     """Quarantine ranges of the replica overlapping [lo, hi] (columns of the other side)."""
     q = quarantine.select(
+        F.col("cluster").alias("q_cluster"),
         F.col("broker").alias("q_broker"),
         F.col("broker_id").alias("q_broker_id"),
         F.col("log_offset").alias("q_lo"),
@@ -57,7 +58,8 @@ def cq_without_message(cq: DataFrame, messages: DataFrame, quarantine: DataFrame
     bad = joined.filter(F.col("m_topic").isNull() | ~matches)
     q, overlaps = _in_quarantine(quarantine, F.col("phys_offset"), F.col("phys_offset"))
     on = (
-        (F.col("q_broker") == F.col("broker"))
+        (F.col("q_cluster") == F.col("cluster"))
+        & (F.col("q_broker") == F.col("broker"))
         & (F.col("q_broker_id") == F.col("broker_id"))
         & overlaps
     )
@@ -172,7 +174,8 @@ def queue_offset_gaps(messages: DataFrame, quarantine: DataFrame) -> DataFrame:
     gaps = stepped.filter(F.col("queue_offset") - F.col("prev_offset") > 1)
     q, overlaps = _in_quarantine(quarantine, F.col("prev_phys"), F.col("phys_offset"))
     on = (
-        (F.col("q_broker") == F.col("broker"))
+        (F.col("q_cluster") == F.col("cluster"))
+        & (F.col("q_broker") == F.col("broker"))
         & (F.col("q_broker_id") == F.col("broker_id"))
         & overlaps
     )

@@ -16,16 +16,17 @@ from broker_runtime.common import findings
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import conform, stored_copies
 
-_KEY = ["group", "msg_id"]
+_KEY = ["cluster", "group", "msg_id"]
 REPLAY_SENT = "sent"
 
 
 def _key(messages: DataFrame) -> DataFrame:
-    """(group, msg_id) of dead-letter and retry copies, replicas collapsed by log offset."""
+    """(cluster, group, msg_id) of dead-letter and retry copies, replicas collapsed by log
+    offset."""
     msg_id = F.coalesce(F.col("uniq_key"), F.col("origin_msg_id"), F.col("msg_id"))
     return (
         messages.withColumns({"group": F.col("consumer_group"), "_key": msg_id})
-        .groupBy("group", "_key", "broker", "phys_offset")
+        .groupBy("cluster", "group", "_key", "broker", "phys_offset")
         .agg(
             F.min("topic").alias("topic"),
             F.min("queue_id").alias("queue_id"),
@@ -61,7 +62,8 @@ def _deliveries(log: DataFrame) -> DataFrame:
 
 
 def replays(replay_log: DataFrame) -> DataFrame:
-    """Per (group, msg_id): whether a replay sent it, its latest replay status and when."""
+    """Per (cluster, group, msg_id): whether a replay sent it, its latest replay status and
+    when."""
     sent = F.col("status") == REPLAY_SENT
     return replay_log.groupBy(*_KEY).agg(
         F.max(sent).alias("replayed"),
@@ -86,11 +88,11 @@ def audit_dead_letters(
     )
     originals = (
         stored_copies(messages)
-        .groupBy(F.col("uniq_key").alias("msg_id"))
+        .groupBy("cluster", F.col("uniq_key").alias("msg_id"))
         .agg(F.min("store_ts").alias("first_ts"))
     )
     rows = (
-        per_msg.join(originals, on="msg_id", how="left")
+        per_msg.join(originals, on=["cluster", "msg_id"], how="left")
         .join(_chains(messages), on=_KEY, how="left")
         .join(_deliveries(log), on=_KEY, how="left")
         .join(replays(replay_log), on=_KEY, how="left")
@@ -109,6 +111,7 @@ def audit_dead_letters(
         cause.alias("cause"),
         "count",
         F.col("first.topic").alias("topic"),
+        "cluster",
         F.col("first.broker").alias("broker"),
         F.col("first.queue_id").alias("queue_id"),
         F.col("first.queue_offset").alias("queue_offset"),

@@ -40,15 +40,15 @@ from pipeline.transforms.audit_common import (
     stored_copies,
 )
 
-_GROUP_MSG = ["group", "msg_id"]
-_ACTIVITY = ["group", "broker", "topic", "queue_id", "client_id"]
+_GROUP_MSG = ["cluster", "group", "msg_id"]
+_ACTIVITY = ["cluster", "group", "broker", "topic", "queue_id", "client_id"]
 
 
 def stored_twice(messages: DataFrame) -> DataFrame:
     """UNIQ_KEYs with two or more stored copies in their topic (producer resend)."""
     copies = stored_copies(messages)
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    grouped = copies.groupBy("topic", "uniq_key").agg(
+    grouped = copies.groupBy("cluster", "topic", "uniq_key").agg(
         F.count(F.lit(1)).alias("count"),
         F.array_join(F.array_sort(F.collect_set("broker")), ",").alias("broker"),
         F.min_by(F.struct("queue_id", "queue_offset"), F.struct("store_ts", "phys_offset")).alias(
@@ -65,6 +65,7 @@ def stored_twice(messages: DataFrame) -> DataFrame:
         F.lit(findings.PRODUCER_RESEND).alias("cause"),
         F.col("count"),
         F.col("topic"),
+        F.col("cluster"),
         F.col("broker"),
         F.col("first.queue_id").alias("queue_id"),
         F.col("first.queue_offset").alias("queue_offset"),
@@ -195,6 +196,7 @@ def delivered_twice(log: DataFrame) -> DataFrame:
             "cause",
             F.col("count").cast("long").alias("count"),
             F.col("first.topic").alias("topic"),
+            "cluster",
             F.col("first.broker").alias("broker"),
             F.col("first.queue_id").alias("queue_id"),
             F.col("first.queue_offset").alias("queue_offset"),

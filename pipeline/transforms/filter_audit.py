@@ -1,11 +1,11 @@
 """`audit_filters`: SQL92 subscriptions applied wrongly, judged by the broker's own evaluator.
 
-A group's expression on a topic is the latest `consumer_filters` row of (broker, topic, group)
-snapshotted by T (SQL92 only: RocketMQ keeps no tag subscriptions there). Each message of
-that topic on that broker is judged by `broker_runtime.common.sql_filter`, the evaluator the
-broker filters pulls with, over the properties stored with it: a Python UDF, the one place
-the audit runs the broker's rule row by row (a second implementation in `F.*` could only
-disagree with the broker's). An expression that does not compile judges nothing.
+A group's expression on a topic is the latest `consumer_filters` row of (cluster, broker,
+topic, group) snapshotted by T (SQL92 only: RocketMQ keeps no tag subscriptions there). Each
+message of that topic on that broker is judged by `broker_runtime.common.sql_filter`, the
+evaluator the broker filters pulls with, over the properties stored with it: a Python UDF,
+the one place the audit runs the broker's rule row by row (a second implementation in `F.*`
+could only disagree with the broker's). An expression that does not compile judges nothing.
 
 - `filtered_wrongly`, cause `delivered_but_excluded`: the group received a message (a first
   delivery: retries come back through %RETRY%{group}, which the broker does not filter) its
@@ -50,7 +50,7 @@ from pipeline.transforms.audit_common import (
     undelivered_rows,
 )
 
-_KEY = ["broker", "topic", "group"]
+_KEY = ["cluster", "broker", "topic", "group"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,8 +73,8 @@ _MATCHES = F.udf(lambda expression, properties: sql_matches(expression, properti
 
 
 def group_expressions(filters: DataFrame, as_of_ms: int) -> DataFrame:
-    """(broker, topic, group) -> its SQL92 expression and when the broker registered it, from
-    the latest snapshot by T (a master's, where it has one)."""
+    """(cluster, broker, topic, group) -> its SQL92 expression and when the broker registered
+    it, from the latest snapshot by T (a master's, where it has one)."""
     known = filters.filter(
         (F.col("snapshot_ts") <= as_of_ms) & (F.col("expression_type") == SQL92)
     ).withColumnRenamed("consumer_group", "group")
@@ -94,14 +94,14 @@ def _judged(messages: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataF
         & F.col("uniq_key").isNotNull()
         & (F.col("store_ts") <= as_of_ms)
     )
-    one_copy = Window.partitionBy("broker", "topic", "queue_id", "queue_offset").orderBy(
-        "broker_id"
-    )
+    one_copy = Window.partitionBy("cluster", "broker", "topic", "queue_id", "queue_offset")
+    one_copy = one_copy.orderBy("broker_id")
     stored = stored.withColumn("_n", F.row_number().over(one_copy)).filter(F.col("_n") == 1)
     stored = stored.select(
-        "broker", "topic", "queue_id", "queue_offset", "uniq_key", "store_ts", "properties"
-    )
-    return stored.join(expressions, on=["broker", "topic"], how="inner").select(
+        "cluster", "broker", "topic", "queue_id", "queue_offset", "uniq_key", "store_ts",
+        "properties",
+    )  # fmt: skip
+    return stored.join(expressions, on=["cluster", "broker", "topic"], how="inner").select(
         *_KEY,
         "queue_id",
         "queue_offset",
@@ -123,10 +123,10 @@ def _selected() -> Column:
 
 
 def not_selected(filters: DataFrame, messages: DataFrame, as_of_ms: int) -> DataFrame:
-    """(group, msg_id) of the stored messages a SQL92 group's expression does not select:
+    """(cluster, group, msg_id) of the stored messages a SQL92 group's expression does not select:
     no other audit may expect them delivered to that group."""
     judged = _judged(messages, group_expressions(filters, as_of_ms), as_of_ms)
-    return judged.filter(~_selected()).select("group", "msg_id").distinct()
+    return judged.filter(~_selected()).select("cluster", "group", "msg_id").distinct()
 
 
 def _expected(judged: DataFrame, offsets: DataFrame) -> DataFrame:
@@ -191,16 +191,14 @@ def audit_filters(
             ),
         )
     )
-    received = seen.select("group", "msg_id").distinct()
-    latest = latest_offsets(offsets).select(
-        "group", "broker", "topic", "queue_id", "committed_offset"
-    )
+    received = seen.select("cluster", "group", "msg_id").distinct()
+    latest = latest_offsets(offsets).select(*_KEY, "queue_id", "committed_offset")
     skipped = (
         _expected(judged, offsets)
         .filter(~F.col("expired"))
         .join(latest, on=[*_KEY, "queue_id"], how="inner")
         .filter(F.col("queue_offset") < F.col("committed_offset"))
-        .join(received, on=["group", "msg_id"], how="left_anti")
+        .join(received, on=["cluster", "group", "msg_id"], how="left_anti")
         .select(
             *_KEY,
             "queue_id",
@@ -228,7 +226,8 @@ def expired_unreceived(
     filters: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
 ) -> DataFrame:
     """`audit_losses` rows: `expired_before_consumed` of the SQL92 groups (module doc)."""
-    received = log.filter(F.col("received_at") <= as_of_ms).select("group", "msg_id").distinct()
+    seen = log.filter(F.col("received_at") <= as_of_ms)
+    received = seen.select("cluster", "group", "msg_id").distinct()
     latest = latest_offsets(offsets).select(*_KEY, "queue_id", "committed_offset")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     below = (  # only these are judged: most audits have none, and run no UDF for this
@@ -239,7 +238,7 @@ def expired_unreceived(
     return (
         _expected(_judged(below, group_expressions(filters, as_of_ms), as_of_ms), offsets)
         .filter(F.col("expired"))
-        .join(received, on=["group", "msg_id"], how="left_anti")
+        .join(received, on=["cluster", "group", "msg_id"], how="left_anti")
         .join(latest, on=[*_KEY, "queue_id"], how="left")
         .transform(
             lambda df: undelivered_rows(

@@ -11,8 +11,8 @@
 
 Tag subscriptions are not in the lake; a group is taken to subscribe to the (topic, tag) pairs
 it has received at least once, so that messages a tag filter skipped are not reported. A group
-with a SQL92 expression on a broker's topic (`sql_groups`: group, broker, topic) is left to the
-filter audit (pipeline.transforms.filter_audit), which knows which messages it takes: it
+with a SQL92 expression on a broker's topic (`sql_groups`: group, cluster, broker, topic) is left
+to the filter audit (pipeline.transforms.filter_audit), which knows which messages it takes: it
 reports a matching message passed by the offset as `matched_but_skipped`, and a matching one
 whose file was deleted first as `expired_before_consumed` (rows of this table:
 `expired_unreceived`, which the audit job adds here).
@@ -27,6 +27,7 @@ from broker_runtime.common import findings
 from broker_runtime.ledger.schema import StubStatus
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
+    BROKER,
     QUEUE,
     conform,
     latest_offsets,
@@ -44,11 +45,12 @@ def _tag_key(tags: str) -> Column:
 
 
 def _subscriptions(copies: DataFrame, log: DataFrame) -> DataFrame:
-    """(group, topic, tag key) a group has received at least one message of."""
-    received = log.select("group", F.col("msg_id").alias("uniq_key")).distinct()
+    """(cluster, group, topic, tag key) a group has received at least one message of."""
+    received = log.select("cluster", "group", F.col("msg_id").alias("uniq_key")).distinct()
+    copy = copies.select("cluster", "uniq_key", "topic", "tags")
     return (
-        received.join(copies.select("uniq_key", "topic", "tags"), on="uniq_key", how="inner")
-        .select("group", "topic", _tag_key("tags").alias("tag_key"))
+        received.join(copy, on=["cluster", "uniq_key"], how="inner")
+        .select("cluster", "group", "topic", _tag_key("tags").alias("tag_key"))
         .distinct()
     )
 
@@ -56,15 +58,15 @@ def _subscriptions(copies: DataFrame, log: DataFrame) -> DataFrame:
 def _confirmed_absent(stubs: DataFrame, messages: DataFrame, ingested: DataFrame) -> DataFrame:
     """CONFIRMED stubs of ingested brokers, confirmed before their log was read, with no copy."""
     stored_keys = messages.filter(F.col("uniq_key").isNotNull()).select(
-        F.col("uniq_key").alias("msg_id")
+        "cluster", F.col("uniq_key").alias("msg_id")
     )
     return (
         stubs.filter(
             (F.col("status") == StubStatus.CONFIRMED.value) & F.col("queue_offset").isNotNull()
         )
-        .join(ingested, on="broker", how="inner")
+        .join(ingested, on=BROKER, how="inner")
         .filter(F.col("updated_at") <= F.col("ingested_to_ms"))
-        .join(stored_keys, on="msg_id", how="left_anti")
+        .join(stored_keys, on=["cluster", "msg_id"], how="left_anti")
     )
 
 
@@ -79,8 +81,8 @@ def lost_after_ack(
     lost = absent.filter(
         F.col("min_offset").isNull() | (F.col("queue_offset") >= F.col("min_offset"))
     )
-    delivered = log.select("msg_id").distinct().withColumn("delivered", F.lit(True))
-    lost = lost.join(delivered, on="msg_id", how="left")
+    delivered = log.select("cluster", "msg_id").distinct().withColumn("delivered", F.lit(True))
+    lost = lost.join(delivered, on=["cluster", "msg_id"], how="left")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     return lost.select(
         "msg_id",
@@ -91,6 +93,7 @@ def lost_after_ack(
         .alias("cause"),
         F.lit(1).cast("long").alias("count"),
         "topic",
+        "cluster",
         "broker",
         "queue_id",
         "queue_offset",
@@ -113,6 +116,7 @@ def _expired_stub_positions(
         F.col("msg_id").alias("uniq_key"),
         "topic",
         "tags",
+        "cluster",
         "broker",
         "queue_id",
         "queue_offset",
@@ -132,18 +136,18 @@ def undelivered(
     copies = stored_copies(messages)
     min_offsets = queue_min_offsets(offsets)
     positions = copies.select(
-        "uniq_key", "topic", "tags", "broker", "queue_id", "queue_offset", "store_ts"
+        "uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset", "store_ts"
     ).unionByName(_expired_stub_positions(stubs, messages, min_offsets, ingested))
     subs = _subscriptions(copies, log)
     latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
-    delivered = log.select("group", F.col("msg_id").alias("uniq_key")).distinct()
+    delivered = log.select("cluster", "group", F.col("msg_id").alias("uniq_key")).distinct()
     candidates = (
         positions.withColumn("tag_key", _tag_key("tags"))
-        .join(subs, on=["topic", "tag_key"], how="inner")
-        .join(delivered, on=["group", "uniq_key"], how="left_anti")
+        .join(subs, on=["cluster", "topic", "tag_key"], how="inner")
+        .join(delivered, on=["cluster", "group", "uniq_key"], how="left_anti")
     )
     if sql_groups is not None:
-        candidates = candidates.join(sql_groups, on=["group", "broker", "topic"], how="left_anti")
+        candidates = candidates.join(sql_groups, on=["group", *BROKER, "topic"], how="left_anti")
     candidates = candidates.join(latest, on=[*QUEUE, "group"], how="left").join(
         min_offsets, on=QUEUE, how="left"
     )
@@ -185,7 +189,7 @@ def audit_losses(
     as_of_ms: int,
     sql_groups: DataFrame | None = None,
 ) -> DataFrame:
-    """The `audit_losses` table; `ingested` has (broker, ingested_to_ms)."""
+    """The `audit_losses` table; `ingested` has (cluster, broker, ingested_to_ms)."""
     min_offsets = queue_min_offsets(offsets)
     return (
         lost_after_ack(stubs, messages, log, min_offsets, ingested)

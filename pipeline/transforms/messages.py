@@ -31,8 +31,9 @@ def _group_of(topic: Column) -> Column:
     )
 
 
-def to_messages(raw: DataFrame, run: int) -> DataFrame:
-    """RAW_MESSAGE rows -> MESSAGES rows (a select in the table's column order)."""
+def to_messages(raw: DataFrame, run: int, cluster: str) -> DataFrame:
+    """RAW_MESSAGE rows of brokers of `cluster` -> MESSAGES rows (a select in the table's
+    column order)."""
     props = F.col("properties")
     prop = props.getItem
     delivery = F.when(
@@ -63,5 +64,6 @@ def to_messages(raw: DataFrame, run: int) -> DataFrame:
         "delay_level": prop(DELAY).try_cast("int"),
         "ingest_run": F.lit(run).cast("long"),
         "store_date": store_date,
+        "cluster": F.lit(cluster),
     }
     return df.withColumns(columns).select(*[f.name for f in MESSAGES.fields])

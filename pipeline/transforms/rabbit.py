@@ -71,7 +71,7 @@ def newest_death(log: DataFrame) -> DataFrame:
 def rabbit_duplicates(log: DataFrame, as_of_ms: int) -> DataFrame:
     rows = of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms)
     requeued = (F.col("settle") != "ack") & F.col("requeue")
-    per = rows.groupBy("msg_id", "group").agg(
+    per = rows.groupBy("cluster", "msg_id", "group").agg(
         F.count(F.lit(1)).cast("long").alias("count"),
         F.sum(F.when(F.col("outcome") == CONSUMED, 1).otherwise(0)).cast("long").alias("consumed"),
         F.max(F.coalesce(F.col("redelivered"), F.lit(False))).alias("any_redelivered"),
@@ -103,6 +103,7 @@ def rabbit_duplicates(log: DataFrame, as_of_ms: int) -> DataFrame:
         cause.alias("cause"),
         "count",
         F.col("first.topic").alias("topic"),
+        "cluster",
         F.col("first.broker").alias("broker"),
         _null("int").alias("queue_id"),
         _null("long").alias("queue_offset"),
@@ -144,6 +145,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
         "msg_id",
         _null("string").alias("group"),
         F.col("topic"),
+        F.col("cluster"),
         F.col("broker"),
         F.col("created_at").alias("first_ts"),
         F.col("updated_at").alias("last_ts"),
@@ -157,15 +159,15 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
         ),
     )  # fmt: skip
     rows = of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms)
-    delivered = rows.select("msg_id", F.col("group").alias("queue")).distinct()
-    dead = newest_death(rows).select("msg_id", F.col("dead_queue").alias("queue")).distinct()
+    delivered = rows.select("cluster", "msg_id", F.col("group").alias("queue")).distinct()
+    dead = newest_death(rows).select("cluster", "msg_id", F.col("dead_queue").alias("queue"))
     confirmed = stubs.filter(
         (F.col("status") == "CONFIRMED") & F.col("return_reason").isNull()
-    ).select("msg_id", "topic", "broker", "routing_key", "created_at")
+    ).select("cluster", "msg_id", "topic", "broker", "routing_key", "created_at")
     missing = (
         routes.join(confirmed, on="msg_id", how="inner")
-        .join(delivered, on=["msg_id", "queue"], how="left_anti")
-        .join(dead, on=["msg_id", "queue"], how="left_anti")
+        .join(delivered, on=["cluster", "msg_id", "queue"], how="left_anti")
+        .join(dead.distinct(), on=["cluster", "msg_id", "queue"], how="left_anti")
     )
     outlived = F.col("message_ttl").isNotNull() & (
         F.col("created_at") + F.col("message_ttl") <= as_of_ms
@@ -187,6 +189,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
         "msg_id",
         F.col("queue").alias("group"),
         "topic",
+        "cluster",
         "broker",
         F.col("created_at").alias("first_ts"),
         F.col("created_at").alias("last_ts"),
@@ -205,7 +208,7 @@ def rabbit_losses(stubs: DataFrame, routes: DataFrame, log: DataFrame, as_of_ms:
 def rabbit_dead_letters(log: DataFrame, as_of_ms: int, replay_log: DataFrame) -> DataFrame:
     """`replay_log`: `dlq_replay_log` (its RabbitMQ rows mark what a replay sent)."""
     rows = newest_death(of_rabbitmq(log).filter(F.col("received_at") <= as_of_ms))
-    per = rows.groupBy("msg_id", "dead_queue").agg(
+    per = rows.groupBy("cluster", "msg_id", "dead_queue").agg(
         F.min_by(
             F.struct("reason", "topic", "dead_exchange", "dead_count", "broker", "death"),
             F.col("id"),
@@ -216,7 +219,7 @@ def rabbit_dead_letters(log: DataFrame, as_of_ms: int, replay_log: DataFrame) ->
         F.max_by("outcome", "id").alias("last_outcome"),
     )
     done = replays(of_rabbitmq(replay_log)).withColumnRenamed("group", "dead_queue")
-    per = per.join(done, on=["dead_queue", "msg_id"], how="left")
+    per = per.join(done, on=["cluster", "dead_queue", "msg_id"], how="left")
     cause = F.when(F.col("d.reason").isin(*findings.DEATH_REASONS), F.col("d.reason")).otherwise(
         F.lit("other")
     )
@@ -227,6 +230,7 @@ def rabbit_dead_letters(log: DataFrame, as_of_ms: int, replay_log: DataFrame) ->
         cause.alias("cause"),
         F.lit(1).cast("long").alias("count"),
         F.col("d.topic").alias("topic"),
+        "cluster",
         F.col("d.broker").alias("broker"),
         _null("int").alias("queue_id"),
         _null("long").alias("queue_offset"),

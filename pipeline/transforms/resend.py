@@ -34,6 +34,7 @@ _STUB = [
     "tags",
     "keys",
     "body_hash",
+    "cluster",
     "broker",
     "queue_id",
     "queue_offset",
@@ -55,7 +56,7 @@ def resend_candidates(
 ) -> DataFrame:
     """The `resend_candidates` table (rules 1-5 above)."""
     max_logged = log.groupBy(*QUEUE).agg(F.max("queue_offset").alias("max_log_offset"))
-    logged = log.select("msg_id").distinct()
+    logged = log.select("cluster", "msg_id").distinct()
     due = F.coalesce(F.col("next_resend_at"), F.col("created_at")) <= as_of_ms
     passed = F.col("queue_offset").isNull() | (F.col("queue_offset") < F.col("max_log_offset"))
     rows = (
@@ -63,7 +64,7 @@ def resend_candidates(
         .filter((F.col("send_count") < max_send_count) & due)
         .join(max_logged, on=QUEUE, how="left")
         .filter(passed)
-        .join(logged, on="msg_id", how="left_anti")
+        .join(logged, on=["cluster", "msg_id"], how="left_anti")
     )
     cause = F.when(F.col("queue_offset").isNull(), findings.NEVER_ACKNOWLEDGED).otherwise(
         findings.OFFSET_PASSED_BY_CONSUMERS
@@ -82,11 +83,11 @@ def manual_handling(
     stubs: DataFrame, log: DataFrame, max_send_count: int, as_of_ms: int
 ) -> DataFrame:
     """The `manual_handling` table: unconfirmed stubs the resend job may not send again."""
-    logged = log.select("msg_id").distinct().withColumn("in_message_log", F.lit(True))
+    logged = log.select("cluster", "msg_id").distinct().withColumn("in_message_log", F.lit(True))
     rows = (
         _unconfirmed(stubs, as_of_ms)
         .filter(F.col("send_count") >= max_send_count)
-        .join(logged, on="msg_id", how="left")
+        .join(logged, on=["cluster", "msg_id"], how="left")
     )
     return rows.select(
         *_STUB,

@@ -65,7 +65,8 @@ def _row(kind: str, cause: Column, count: Column, group: Column, detail: Column)
 
 def _common() -> list[Column | str]:
     """The columns every finding takes from its transaction."""
-    names = ["msg_id", "producer_group", "topic", "broker", "queue_id", "half_queue_offset"]
+    names = ["msg_id", "producer_group", "topic", "cluster", "broker", "queue_id"]
+    names.append("half_queue_offset")
     return [*names, "checks", "state", F.col("half_ts").alias("first_ts"), "last_ts", "age_ms"]
 
 
@@ -136,17 +137,19 @@ def _per_group(
     as_of_ms: int,
 ) -> DataFrame:
     seen = log.filter(F.col("received_at") <= as_of_ms)
-    deliveries = seen.groupBy("group", "msg_id").agg(F.count(F.lit(1)).alias("deliveries"))
+    deliveries = seen.groupBy("cluster", "group", "msg_id").agg(
+        F.count(F.lit(1)).alias("deliveries")
+    )
     outside = (
         messages.filter(F.col("uniq_key").isNotNull() & (F.col("store_ts") <= as_of_ms))
-        .select(F.col("uniq_key").alias("msg_id"), "topic")
+        .select("cluster", F.col("uniq_key").alias("msg_id"), "topic")
         .distinct()
         .withColumn("outside", F.lit(True))
     )
     rolled = (
         tx.filter(F.col("state") == findings.TX_ROLLED_BACK)
-        .join(deliveries, on="msg_id", how="inner")
-        .join(outside, on=["msg_id", "topic"], how="left")
+        .join(deliveries, on=["cluster", "msg_id"], how="inner")
+        .join(outside, on=["cluster", "msg_id", "topic"], how="left")
         .select(
             *_common(),
             F.lit(None).cast("long").alias("queue_offset"),
@@ -163,19 +166,19 @@ def _per_group(
             ),
         )
     )
-    takers = seen.select("group", "topic").distinct()
+    takers = seen.select("cluster", "group", "topic").distinct()
     latest = latest_offsets(offsets).select(
-        "group", "broker", "topic", "queue_id", "committed_offset"
+        "group", "cluster", "broker", "topic", "queue_id", "committed_offset"
     )
     where = position_text(
         F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("commit_queue_offset")
     )
     never = (
         tx.filter(F.col("state") == findings.TX_COMMITTED)
-        .join(takers, on="topic", how="inner")
-        .join(deliveries, on=["group", "msg_id"], how="left_anti")
-        .join(unselected, on=["group", "msg_id"], how="left_anti")
-        .join(latest, on=["group", "broker", "topic", "queue_id"], how="left")
+        .join(takers, on=["cluster", "topic"], how="inner")
+        .join(deliveries, on=["cluster", "group", "msg_id"], how="left_anti")
+        .join(unselected, on=["cluster", "group", "msg_id"], how="left_anti")
+        .join(latest, on=["group", "cluster", "broker", "topic", "queue_id"], how="left")
         .select(
             *_common(),
             F.col("commit_queue_offset").alias("queue_offset"),

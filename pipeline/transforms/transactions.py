@@ -39,7 +39,7 @@ from broker_runtime.common.topics import (
 )
 from pipeline.schemas import TRANSACTIONS
 
-TX_KEY = ["broker", "producer_group", "uniq_key"]
+TX_KEY = ["cluster", "broker", "producer_group", "uniq_key"]
 
 
 def is_commit_unit(sys_flag: Column, topic: Column) -> Column:
@@ -72,9 +72,9 @@ def _units(messages: DataFrame) -> DataFrame:
     )
     return (
         messages.filter(wanted)
-        .groupBy("broker", "phys_offset")
+        .groupBy("cluster", "broker", "phys_offset")
         .agg(F.min_by(unit, "broker_id").alias("u"))
-        .select("broker", "phys_offset", "u.*")
+        .select("cluster", "broker", "phys_offset", "u.*")
     )
 
 
@@ -106,15 +106,23 @@ def transactions_table(messages: DataFrame, run: int) -> DataFrame:
         units.filter(
             (F.col("topic") == TRANS_OP_HALF_TOPIC) & (F.col("tags") == TRANS_OP_REMOVE_TAG)
         )
-        .select("broker", F.col("body_text").try_cast("long").alias("half_qo"), "store_ts")
-        .join(index, on=["broker", "half_qo"], how="inner")
+        .select(
+            "cluster", "broker", F.col("body_text").try_cast("long").alias("half_qo"), "store_ts"
+        )
+        .join(index, on=["cluster", "broker", "half_qo"], how="inner")
         .groupBy(*TX_KEY)
         .agg(F.count(F.lit(1)).cast("int").alias("ops"), F.min("store_ts").alias("op_ts"))
     )
     commits = (
         units.filter(is_commit_unit(F.col("sys_flag"), F.col("topic")))
-        .select("broker", F.col("prepared_tx_offset").alias("half_po"), "store_ts", "queue_offset")
-        .join(index, on=["broker", "half_po"], how="inner")
+        .select(
+            "cluster",
+            "broker",
+            F.col("prepared_tx_offset").alias("half_po"),
+            "store_ts",
+            "queue_offset",
+        )
+        .join(index, on=["cluster", "broker", "half_po"], how="inner")
         .groupBy(*TX_KEY)
         .agg(
             F.count(F.lit(1)).cast("int").alias("commits"),

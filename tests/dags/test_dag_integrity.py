@@ -35,6 +35,7 @@ REPLAY_PARAMS = {
     "dry_run": "boolean",
     "force": "boolean",
     "system": "string",
+    "cluster": ["null", "string"],
 }
 
 

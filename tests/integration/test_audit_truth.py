@@ -1,9 +1,11 @@
 """The audits against the fault workload's ground truth, over several seeds.
 
 For each seed, `mqaudit workload --scenario all` runs against a cluster of its own; the
-workload puts four scenarios on clusters it starts under DIR/scenarios/ (their brokers are
-named like the main cluster's), so every cluster data dir is ingested into a lake of its own
-and audited, in one Spark session, while the next seed's workload runs. Then:
+workload puts scenarios on clusters it starts under DIR/scenarios/ (their brokers are named
+like the main cluster's; each cluster is named after its scenario), and all of a seed's
+cluster data dirs are ingested into one lake and audited, in one Spark session, while the
+next seed's workload runs: every row names its cluster, and the rows of each cluster are held
+against that cluster's data. Then:
 
 - truth.json against the audit tables: every finding (kind, msg_id, group, cause, count) is
   an audit row and every audit row of a fault kind is a finding. Precision and recall per
@@ -45,6 +47,7 @@ from pipeline.demo import SMALL_DATA_SPARK as SMALL_DATA
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
+from pipeline.readers.layout import cluster_of
 from pipeline.spark_session import build_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
@@ -91,25 +94,39 @@ def _workload(root: Path, seed: int) -> tuple[Path, dict[str, Any]]:
     return data_dir, doc
 
 
-def _audit_cluster(spark: SparkSession, lake: Path, data_dir: Path) -> list[dict[str, Any]]:
-    """Ingest and audit one cluster data dir into a lake of its own; its fault rows."""
+def _audit_clusters(
+    spark: SparkSession, lake: Path, data_dirs: list[Path]
+) -> dict[Path, list[dict[str, Any]]]:
+    """Ingest and audit a seed's cluster data dirs into one lake (their brokers all have the
+    same names: only the cluster tells them apart); each data dir's fault rows, by the
+    cluster its rows name."""
     started = time.monotonic()
-    run_ingest(data_dir, lake, spark, progress=False)
+    run_ingest(data_dirs, lake, spark, progress=False)
     run_audit(lake, spark, progress=False)
     took = time.monotonic() - started
-    _say(f"{lake.parent.name}/{lake.name}: ingested and audited in {took:.0f} s")
+    _say(f"{lake.name}: {len(data_dirs)} clusters ingested and audited in {took:.0f} s")
     io = DeltaIO(spark)
-    return [
+    rows = [
         r.asDict()
         for name in C.FAULT_TABLES
-        for r in io.read(table_path(lake, name), AUDIT_TABLES[name]).select(*C.COLUMNS).collect()
+        for r in io.read(table_path(lake, name), AUDIT_TABLES[name])
+        .select(*C.COLUMNS, "cluster")
+        .collect()
     ]
+    by_name = {cluster_of(d): d for d in data_dirs}
+    assert len(by_name) == len(data_dirs)  # every cluster has a name of its own
+    assert {r["cluster"] for r in rows} <= set(by_name)
+    return {
+        d: [{k: v for k, v in r.items() if k != "cluster"} for r in rows if r["cluster"] == n]
+        for n, d in by_name.items()
+    }
 
 
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]:
     """Workloads one after another on one thread; each finished seed's clusters ingested
-    and audited two at a time in the shared Spark session (its tiny jobs leave cores idle)."""
+    and audited into one lake per seed, two seeds at a time, in the shared Spark session (its
+    tiny jobs leave cores idle)."""
     root = tmp_path_factory.mktemp("truth")
     spark = build_spark("mqaudit-tests", "local[2]")  # the session of the other tests
     saved = {k: spark.conf.get(k) for k in SMALL_DATA}
@@ -123,13 +140,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]
         for seed, run in zip(SEEDS, runs, strict=True):
             data_dir, doc = run.result()
             dirs = sorted({Path(s["data_dir"]) for s in doc["scenarios"].values()} | {data_dir})
-            lakes = root / f"lakes-{seed}"
-            found = {d: audits.submit(_audit_cluster, spark, lakes / d.name, d) for d in dirs}
-            pending.append((doc, found))
-        out = [
-            Audited(int(doc["seed"]), doc, {d: f.result() for d, f in found.items()})
-            for doc, found in pending
-        ]
+            pending.append(
+                (doc, audits.submit(_audit_clusters, spark, root / f"lake-{seed}", dirs))
+            )
+        out = [Audited(int(doc["seed"]), doc, found.result()) for doc, found in pending]
     finally:
         workloads.shutdown(wait=True, cancel_futures=True)
         audits.shutdown(wait=True, cancel_futures=True)

@@ -1,6 +1,7 @@
 """`mqaudit demo` end to end, as a person runs it: a cluster, the fault workload (every
 scenario), RabbitMQ's node and workload, every DAG through `airflow dags test`, the
-workload's other clusters audited, the summary and the lakes' findings (message by message)
+workload's own clusters audited in the same lake, the summary and the lake's findings
+(message by message)
 held against the workload's ground truth (RabbitMQ's against its own), and every cluster and
 node stopped afterwards."""
 
@@ -58,11 +59,11 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     assert all(row["match"] for row in check.values()), check
     assert "MISMATCH" not in done.stdout
 
-    # Message by message: the lakes' findings (its own and the other clusters') are the truth's,
-    # but for the sends the resend repaired on the demo's cluster (the loop below).
+    # Message by message: the lake's findings (of every cluster: mq_audit ingests the
+    # workload's own clusters too) are the truth's, but for the sends the resend repaired on
+    # the demo's cluster (the loop below).
     truth = json.loads((out / "truth.json").read_text())
-    lakes = [out / "lake", *sorted(p for p in (out / "cluster-lakes").iterdir() if p.is_dir())]
-    rows = [r for lake in lakes for r in C.lake_fault_rows(lake)]
+    rows = C.lake_fault_rows(out / "lake")
     found = C.audit_keys((r for r in rows if r["kind"] != C.DUPLICATE_EFFECT), C.scenario_of(truth))
     main = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) == out / "cluster"}
     resent = {k: n for k, n in C.truth_keys(truth).items() if k[1] == "resend_due" and k[0] in main}
@@ -80,14 +81,15 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     assert loops["dead_lettered"]["closed"] and loops["dead_lettered"]["acted"] > 0, loops
     assert "repair loop" in done.stdout
     elsewhere = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) != out / "cluster"}
-    assert set(summary["audited"]["other_clusters"]) == {
+    assert elsewhere == {
         "rebalance_lock_off",
         "rebalance_lock_on",
         "master_crash_async",
         "master_crash_sync",
         "transactions",
     }
-    assert elsewhere == set(summary["audited"]["other_clusters"])  # fmt: skip
+    # One lake: the demo's cluster and each of the workload's, by its own name.
+    assert summary["audited"]["clusters"] == sorted({"DefaultCluster", *elsewhere})
     group = summary["replays"]["group"]
     dead = sum(
         1
@@ -105,7 +107,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
         assert Path(summary["reports"][key]).is_file(), key
     steps = {"cluster up", "workload", "airflow db", "mq_audit", "mq_retry_resend"}
     steps |= {"mq_dlq_report", "mq_dlq_replay (dry run)", "mq_dlq_replay", "cluster down"}
-    steps |= {"mq_audit (after the remedies)", "other clusters' audits", "total"}
+    steps |= {"mq_audit (after the remedies)", "total"}
     steps |= {"rabbitmq workload (waited for)", "rabbitmq down"}
     assert steps <= set(summary["seconds"])
     assert _running_in(out / "cluster") == []  # its own cluster and the workload's others

@@ -61,7 +61,7 @@ def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -
         }
         assert append_snapshots(spark, lake, snaps) > 0  # the topology as it changed
         # As mq_audit's ingest step takes it: the topology and the ledgers, no RocketMQ broker.
-        inputs = RunInputs(lake, data, rabbit_api=api, rabbit_vhosts=",".join(vhosts.values()))
+        inputs = RunInputs(lake, (data,), rabbit_api=api, rabbit_vhosts=",".join(vhosts.values()))
         ingested = INGEST.run(replace(inputs, progress=False), spark)
         assert ingested["rabbit_topology"] > 0 and ingested["brokers"] == []
         appended = ingested["appended"]

@@ -73,6 +73,8 @@ def test_ingest_and_audit_several_real_brokers_into_one_lake(
 
     messages = table("messages")
     assert Counter(r["broker"] for r in messages) == Counter(stored)
+    # Each row names the cluster its broker's config gives (brokerClusterName).
+    assert {r["cluster"] for r in [*messages, *table("consume_queue")]} == {"interop"}
     sent = {a["msgId"]: a for a in workload.plain + workload.delayed}
     for r in messages:
         if r["topic"] == TOPIC:
@@ -92,4 +94,5 @@ def test_ingest_and_audit_several_real_brokers_into_one_lake(
     assert sorted(r["msg_id"] for r in dead) == sorted(failed)
     for r in dead:
         assert (r["group"], r["topic"], r["original_topic"]) == (GROUP, DLQ, TOPIC)
+        assert r["cluster"] == "interop"
         assert r["broker"] == sent[r["msg_id"]]["broker"]

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from expectations.context import GateContext
 from pipeline.spark_session import build_spark
 
@@ -39,11 +40,16 @@ def gates(spark: SparkSession, docs_dir: Path) -> GateContext:
 
 
 def frame(spark: SparkSession, schema: StructType, rows: list[dict[str, Any]]) -> DataFrame:
-    """Rows given as dicts over `schema`; unnamed columns are null."""
+    """Rows given as dicts over `schema`; unnamed columns are null, but `cluster`: the
+    default cluster's rows unless they name one."""
     names = set(schema.fieldNames())
     for row in rows:
         stray = set(row) - names
         assert not stray, f"columns not in the schema: {stray}"
     return spark.createDataFrame(
-        [tuple(row.get(f) for f in schema.fieldNames()) for row in rows], schema
+        [
+            tuple({"cluster": DEFAULT_CLUSTER, **row}.get(f) for f in schema.fieldNames())
+            for row in rows
+        ],
+        schema,
     )

@@ -329,7 +329,7 @@ _ROWS = "expect_table_row_count_to_be_between"
 # table -> the (expectation, columns) each bad table must fail, and nothing else.
 BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     "messages": {
-        (_COMPOUND, ("broker", "broker_id", "phys_offset")),
+        (_COMPOUND, ("cluster", "broker", "broker_id", "phys_offset")),
         (_PAIR, ("queue_offset", "prev_queue_offset")),
         (_BETWEEN, ("store_before_born_ms",)),
         (_IN_SET, ("crc_ok",)),
@@ -338,18 +338,29 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_NOT_NULL, ("queue_offset",)),
     },
     "consume_queue": {
-        (_COMPOUND, ("broker", "broker_id", "topic", "queue_id", "queue_offset")),
+        (_COMPOUND, ("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset")),
         (_PAIR, ("phys_offset", "prev_phys_offset")),
         (_BETWEEN, ("size",)),
     },
     "consumer_offsets": {
-        (_COMPOUND, ("broker", "broker_id", "snapshot_ts", "topic", "consumer_group", "queue_id")),
+        (
+            _COMPOUND,
+            (
+                "cluster",
+                "broker",
+                "broker_id",
+                "snapshot_ts",
+                "topic",
+                "consumer_group",
+                "queue_id",
+            ),
+        ),
         (_BETWEEN, ("committed_offset",)),
         (_REGEX, ("consumer_group",)),
         (_BETWEEN, ("snapshot_ts",)),
     },
     "message_stub": {
-        (_UNIQUE, ("msg_id",)),
+        (_COMPOUND, ("cluster", "msg_id")),
         (_IN_SET, ("status",)),
         (_REGEX, ("body_hash",)),
         (_PAIR, ("updated_at", "created_at")),
@@ -358,7 +369,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_REGEX, ("topic",)),
     },
     "message_log": {
-        (_UNIQUE, ("id",)),
+        (_COMPOUND, ("cluster", "id")),
         (_IN_SET, ("outcome",)),
         (_PAIR, ("finished_at", "received_at")),
         (_NOT_NULL, ("finished_at",)),
@@ -375,7 +386,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     },
     "audit_dead_letters": {
         (_BETWEEN, ("age_ms",)),
-        (_COMPOUND, ("broker", "topic", "queue_id", "queue_offset")),
+        (_COMPOUND, ("cluster", "broker", "topic", "queue_id", "queue_offset")),
     },
     "resend_candidates": {(_UNIQUE, ("msg_id",))},
     "manual_handling": {(_ROWS, ())},
@@ -387,7 +398,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     },
     "audit_transactions": {(_ROWS, ())},
     "consumer_filters": {
-        (_COMPOUND, ("broker", "broker_id", "snapshot_ts", "topic", "consumer_group")),
+        (_COMPOUND, ("cluster", "broker", "broker_id", "snapshot_ts", "topic", "consumer_group")),
         (_IN_SET, ("expression_type",)),
         (_BETWEEN, ("born_ts",)),
         (_REGEX, ("consumer_group",)),

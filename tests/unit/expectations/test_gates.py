@@ -43,7 +43,7 @@ def test_good_lake_passes_every_gate_quietly(
     assert summary["docs_index"] == str(docs_dir / "index.html")
     assert (docs_dir / "index.html").is_file()
     assert json.loads(json.dumps(summary)) == summary
-    assert len(lines) == len(SPECS) and lines[0].startswith("messages: passed 24")
+    assert len(lines) == len(SPECS) and lines[0].startswith("messages: passed 25")
     # No progress bars or GX chatter in a task log.
     assert out == ""
     assert "Calculating Metrics" not in err and "%|" not in err
@@ -111,7 +111,7 @@ def test_failure_message_names_table_expectation_parameter_and_rows(
 ) -> None:
     text = str(bad_run)
     assert {r.table for r in bad_run.results} == set(BAD_FAILURES)
-    assert "table 'messages' (suite 'messages'): 7 of 24 expectations failed" in text
+    assert "table 'messages' (suite 'messages'): 7 of 25 expectations failed" in text
     pair = "expect_column_pair_values_a_to_be_greater_than_b [queue_offset, prev_queue_offset]"
     assert pair in text
     assert '"phys_offset": 5200, "prev_queue_offset": 3, "queue_id": 6, "queue_offset": 2' in text

@@ -8,6 +8,7 @@ from chispa import assert_basic_rows_equality
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from pipeline import schemas
 from pipeline.audit_schemas import DLQ_REPLAY_LOG
 from pipeline.schemas import struct_of
@@ -18,11 +19,13 @@ Rows = list[dict[str, Any]]
 
 
 def frame(spark: SparkSession, schema: StructType, rows: Rows) -> DataFrame:
-    """Rows given as dicts over `schema`; unnamed columns are null."""
+    """Rows given as dicts over `schema`; unnamed columns are null, but `cluster`: the
+    default cluster's rows unless they name one."""
     names = schema.fieldNames()
     for row in rows:
         stray = set(row) - set(names)
         assert not stray, f"columns not in the schema: {stray}"
+    rows = [{"cluster": DEFAULT_CLUSTER, **row} for row in rows]
     return spark.createDataFrame([tuple(row.get(n) for n in names) for row in rows], schema)
 
 
@@ -127,7 +130,9 @@ def offsets(spark: SparkSession, rows: Rows) -> DataFrame:
 
 def ingested(spark: SparkSession, until: int = T0 + 10**9) -> DataFrame:
     """broker-a's commitlog read to its end at `until`."""
-    return spark.createDataFrame([("broker-a", until)], "broker string, ingested_to_ms long")
+    return spark.createDataFrame(
+        [(DEFAULT_CLUSTER, "broker-a", until)], "cluster string, broker string, ingested_to_ms long"
+    )
 
 
 def replays(spark: SparkSession, rows: Rows) -> DataFrame:

@@ -27,7 +27,7 @@ def test_names_id_and_root_come_from_the_config(tmp_path: Path) -> None:
     )
     real = read_broker_conf(conf)
     assert real.cluster == "payments"
-    assert real.broker == Broker("broker-b", 1, str(root.resolve()))
+    assert real.broker == Broker("broker-b", 1, str(root.resolve()), "payments")
 
 
 def test_defaults_and_relative_root(tmp_path: Path) -> None:

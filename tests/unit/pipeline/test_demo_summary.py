@@ -1,5 +1,5 @@
-"""The demo's summary over the files the DAG runs and the workload leave: findings of the
-mq_audit DAG and of the workload's other clusters counted together against truth.json."""
+"""The demo's summary over the files the DAG runs and the workload leave: the findings of the
+mq_audit DAG, over every cluster of its one lake, counted against truth.json."""
 
 from __future__ import annotations
 
@@ -23,15 +23,24 @@ def _finding(kind: str, msg_id: str, group: str | None = "g") -> dict[str, Any]:
     return {"kind": kind, "msg_id": msg_id, "group": group, "count": 2, "cause": "c"}
 
 
-def _site(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
-    """REPORTS with one mq_audit run, truth.json over the main cluster and one other."""
+def _site(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """REPORTS with one mq_audit run over the main cluster and one other in one lake (its
+    summary's path is the third value), truth.json over both."""
     reports = tmp_path / "reports"
+    main_counts = {
+        "duplicates": {"delivered_twice": 2, "duplicate_effect": 1, "stored_twice": 1},
+        "losses": {},
+    }
     report = {
         "duplicates": {"delivered_twice": 2, "duplicate_effect": 1, "stored_twice": 1},
         "duplicate_causes": {"offset_not_committed": 2, "producer_resend": 2},
-        "losses": {},
+        "losses": {"lost_after_ack": 2},
         "dead_letters": 1,
         "dead_letters_waiting": 1,
+        "clusters": {
+            "DefaultCluster": main_counts,
+            "crash": {"duplicates": {}, "losses": {"lost_after_ack": 2}},
+        },
     }
     run = _write(
         reports / "mq_audit" / "r1" / "summary.json",
@@ -56,23 +65,19 @@ def _site(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
             },
         }
     }
-    clusters = {
-        "crash": {
-            "lake": str(tmp_path / "cluster-lakes" / "crash"),
-            "messages": 30,
-            "kinds": {
-                "audit_duplicates": {},
-                "audit_losses": {"lost_after_ack": {"absent_from_commitlog": 2}},
-                "audit_dead_letters": {},
-            },
-        }
-    }
-    return reports, _write(tmp_path / "truth.json", truth), clusters
+    return reports, _write(tmp_path / "truth.json", truth), run
 
 
-def test_the_truth_check_counts_the_dag_and_the_other_clusters(tmp_path: Path) -> None:
-    reports, truth, clusters = _site(tmp_path)
-    s = build_summary(reports, truth, None, {"total": 1.0}, tmp_path, clusters)
+def edit_report(path: Path, **counts: Any) -> None:
+    """Set counts of the mq_audit run's report summary at `path`."""
+    doc = json.loads(path.read_text())
+    doc["report"]["summary"] |= counts
+    path.write_text(json.dumps(doc))
+
+
+def test_the_truth_check_counts_every_cluster_of_the_lake(tmp_path: Path) -> None:
+    reports, truth, _ = _site(tmp_path)
+    s = build_summary(reports, truth, None, {"total": 1.0}, tmp_path)
     assert s["truth_check"] == {
         "dead_lettered": {"truth": 1, "found": 1, "match": True},
         "delivered_twice": {"truth": 2, "found": 2, "match": True},
@@ -81,19 +86,25 @@ def test_the_truth_check_counts_the_dag_and_the_other_clusters(tmp_path: Path) -
     }
     assert s["losses"] == {"lost_after_ack": 2}
     assert s["duplicates_by_cause"] == {"offset_not_committed": 2, "producer_resend": 2}
-    assert s["messages"]["stored_rows_ingested_other_clusters"] == 30
-    assert s["audited"]["other_clusters"] == {"crash": clusters["crash"]["lake"]}
-    assert s["problems"] == ["crash: 2 lost message(s)"]
+    assert s["audited"]["clusters"] == ["DefaultCluster", "crash"]
+    assert s["audited"]["lake"] == str(tmp_path / "lake")
+    assert s["clusters"]["crash"]["losses"] == {"lost_after_ack": 2}
+    assert s["problems"] == [
+        "DefaultCluster: 1 message(s) processed twice",
+        "crash: 2 lost message(s)",
+    ]
     text = format_summary(s)
     assert "lost_after_ack 2/2" in text and "MISMATCH" not in text
     # Each count says what it counts, and over which clusters.
-    assert "findings over the demo's cluster and the workload's 1 other(s)" in text
+    assert "findings over 2 cluster(s) in one lake" in text
+    assert "clusters DefaultCluster, crash" in text
     lost = next(line for line in text.splitlines() if line.strip().startswith("lost_after_ack"))
     assert lost.split()[1] == "2" and COUNTS["lost_after_ack"] in lost
 
 
-def test_without_the_other_clusters_their_findings_are_a_mismatch(tmp_path: Path) -> None:
-    reports, truth, _ = _site(tmp_path)
+def test_a_cluster_left_out_of_the_audit_is_a_mismatch(tmp_path: Path) -> None:
+    reports, truth, run = _site(tmp_path)
+    edit_report(run, losses={}, clusters={})
     s = build_summary(reports, truth, None, {}, tmp_path)
     assert s["truth_check"]["lost_after_ack"] == {"truth": 2, "found": 0, "match": False}
     assert "lost_after_ack 0/2 MISMATCH" in format_summary(s)
@@ -109,7 +120,7 @@ def test_other_clusters_are_the_scenarios_data_dirs_but_the_main_one(tmp_path: P
 
 
 def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path: Path) -> None:
-    reports, truth, clusters = _site(tmp_path)
+    reports, truth, _ = _site(tmp_path)
     first = json.loads((reports / "mq_audit" / "r1" / "summary.json").read_text())
     first["report"]["summary"] |= {"resend_candidates": 3, "dead_letters_waiting": 4}
     after = {"report": {"summary": {"resend_candidates": 0, "dead_letters_waiting": 1}}}
@@ -119,7 +130,7 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     _write(reports / "mq_retry_resend" / "latest.json", {"summary": str(resend)})
     replay = {"request": {"group": "g", "dry_run": False}, "by_status": {"sent": 2}}
     _write(reports / "mq_dlq_replay" / "r1" / "summary.json", replay)
-    s = build_summary(reports, truth, None, {}, tmp_path, clusters, first)
+    s = build_summary(reports, truth, None, {}, tmp_path, first)
     loops = s["remediation"]["loops"]
     assert loops["resend_due"] == {
         "remedy": "mq_retry_resend", "found": 3, "acted": 3, "left": 0, "closed": True,
@@ -132,7 +143,7 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     assert "resend_due" in text and "(mq_retry_resend; closed)" in text
     assert "lost_after_ack" in s["remediation"]["no_remedy"]
     # Without a second audit there is no loop to show.
-    assert build_summary(reports, truth, None, {}, tmp_path, clusters)["remediation"] is None
+    assert build_summary(reports, truth, None, {}, tmp_path)["remediation"] is None
 
 
 # -- RabbitMQ in the demo: its own truth, its rows of the same lake ------------------------------
@@ -140,8 +151,7 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
 
 def test_rocketmq_truth_check_counts_rocketmq_findings_only(tmp_path: Path) -> None:
     """mq_audit's report counts both systems; the RocketMQ truth check takes RocketMQ's."""
-    reports, truth, clusters = _site(tmp_path)
-    path = reports / "mq_audit" / "r1" / "summary.json"
+    reports, truth, path = _site(tmp_path)
     doc = json.loads(path.read_text())
     rocketmq = dict(doc["report"]["summary"])
     both = doc["report"]["summary"]
@@ -150,7 +160,7 @@ def test_rocketmq_truth_check_counts_rocketmq_findings_only(tmp_path: Path) -> N
     rabbitmq = {"duplicates": {"delivered_twice": 3}, "dead_letters": 2}
     both["systems"] = {"rocketmq": rocketmq, "rabbitmq": rabbitmq}
     path.write_text(json.dumps(doc))
-    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    s = build_summary(reports, truth, None, {}, tmp_path)
     assert s["truth_check"]["delivered_twice"] == {"truth": 2, "found": 2, "match": True}
     assert s["truth_check"]["dead_lettered"] == {"truth": 1, "found": 1, "match": True}
     assert s["duplicates"]["delivered_twice"] == 2

@@ -1,5 +1,5 @@
-"""The demo's summary counts the transaction findings of the workload's transactions cluster
-against truth.json, kind by kind."""
+"""The demo's summary counts the transaction and filter findings of the workload's
+transactions cluster (audited in the one lake) against truth.json, kind by kind."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 from broker_runtime.common import findings as K
 from pipeline.demo_summary import build_summary, format_summary
-from tests.unit.pipeline.test_demo_summary import _finding, _site
+from tests.unit.pipeline.test_demo_summary import _finding, _site, edit_report
 
 
 def test_transaction_findings_are_counted_against_the_truth(tmp_path: Path) -> None:
-    reports, truth, clusters = _site(tmp_path)
+    reports, truth, run = _site(tmp_path)
     doc = json.loads(truth.read_text())
     doc["scenarios"]["transactions"] = {
         "data_dir": str(tmp_path / "cluster" / "scenarios" / "transactions"),
@@ -24,18 +24,9 @@ def test_transaction_findings_are_counted_against_the_truth(tmp_path: Path) -> N
         ],
     }
     truth.write_text(json.dumps(doc))
-    clusters["transactions"] = {
-        "lake": str(tmp_path / "cluster-lakes" / "transactions"),
-        "messages": 40,
-        "kinds": {
-            "audit_transactions": {
-                K.HALF_STUCK: {K.NEVER_CHECKED: 1},
-                K.COMMITTED_TWICE: {K.END_TRANSACTION_REPEATED: 1},
-                K.COMMITTED_NEVER_CONSUMED: {K.OFFSET_NOT_REACHED: 1},
-            }
-        },
-    }
-    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    transactions = {K.HALF_STUCK: 1, K.COMMITTED_TWICE: 1, K.COMMITTED_NEVER_CONSUMED: 1}
+    edit_report(run, transactions=transactions)
+    s = build_summary(reports, truth, None, {}, tmp_path)
     check = s["truth_check"]
     assert check[K.HALF_STUCK] == {"truth": 1, "found": 1, "match": True}
     assert check[K.COMMITTED_TWICE] == {"truth": 1, "found": 1, "match": True}
@@ -51,23 +42,15 @@ def test_transaction_findings_are_counted_against_the_truth(tmp_path: Path) -> N
 
 
 def test_filter_findings_are_counted_against_the_truth_by_cause(tmp_path: Path) -> None:
-    reports, truth, clusters = _site(tmp_path)
+    reports, truth, run = _site(tmp_path)
     doc = json.loads(truth.read_text())
     doc["scenarios"]["transactions"] = {
         "data_dir": str(tmp_path / "cluster" / "scenarios" / "transactions"),
         "findings": [_finding(K.FILTERED_WRONGLY, m, "g-sql") for m in ("e1", "e2", "s1")],
     }
     truth.write_text(json.dumps(doc))
-    clusters["transactions"] = {
-        "lake": str(tmp_path / "cluster-lakes" / "transactions"),
-        "messages": 40,
-        "kinds": {
-            "audit_filters": {
-                K.FILTERED_WRONGLY: {K.DELIVERED_BUT_EXCLUDED: 2, K.MATCHED_BUT_SKIPPED: 1}
-            }
-        },
-    }
-    s = build_summary(reports, truth, None, {}, tmp_path, clusters)
+    edit_report(run, filters={K.DELIVERED_BUT_EXCLUDED: 2, K.MATCHED_BUT_SKIPPED: 1})
+    s = build_summary(reports, truth, None, {}, tmp_path)
     assert s["truth_check"][K.FILTERED_WRONGLY] == {"truth": 3, "found": 3, "match": True}
     assert s["filters"] == {K.DELIVERED_BUT_EXCLUDED: 2, K.MATCHED_BUT_SKIPPED: 1}
     text = format_summary(s)

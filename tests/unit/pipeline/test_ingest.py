@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.common.message import (
     ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
@@ -104,6 +105,7 @@ def test_round_trip_every_field(spark: SparkSession, ingested: tuple[Path, Path]
                 "is_scheduled": m.topic == SCHEDULE_TOPIC,
                 "delay_level": int(p["DELAY"]) if "DELAY" in p else None, "ingest_run": 1,
                 "store_date": dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC).date(),
+                "cluster": DEFAULT_CLUSTER,
             }  # fmt: skip
             assert {k: r[k] for k in expect} == expect
     assert set(schemas.MESSAGES.fieldNames()) == set(next(iter(got.values())))
@@ -140,10 +142,10 @@ def test_consume_queue_offsets_and_ledgers(
     assert got[(1, "Topic1", "groupA", 2)] == (3, qmax[("Topic1", 2)], 0)  # the slave's copy
     assert {o["broker"] for o in offsets} == {"broker-a"}
     stubs = sorted(rows(spark, lake, "message_stub"), key=lambda r: r["msg_id"])
-    assert stubs == [ledgers.stub(i) for i in range(20)]
+    assert stubs == [{**ledgers.stub(i), "cluster": DEFAULT_CLUSTER} for i in range(20)]
     logs = sorted(rows(spark, lake, "message_log"), key=lambda r: r["id"])
     assert [{k: v for k, v in r.items() if k != "id"} for r in logs] == [
-        ledgers.log(i) for i in range(30)
+        {**ledgers.log(i), "cluster": DEFAULT_CLUSTER} for i in range(30)
     ]
     assert [r["id"] for r in logs] == list(range(1, 31))
 
@@ -167,7 +169,7 @@ def test_consumer_filters_are_read_from_consumerfilter_json(
             "broker": "broker-a", "broker_id": r["broker_id"], "snapshot_ts": when[r["broker_id"]],
             "topic": "Topic0", "consumer_group": "groupA", "expression_type": "SQL92",
             "expression": "a > 1", "client_version": 5, "born_ts": FILTER_BORN,
-            "dead_ts": FILTER_BORN + 10, "ingest_run": 1,
+            "dead_ts": FILTER_BORN + 10, "ingest_run": 1, "cluster": DEFAULT_CLUSTER,
         }  # fmt: skip
 
 

@@ -46,9 +46,9 @@ def test_rows_are_the_ones_the_spark_transform_derives(
         for t in plan_log(Broker("b", 0, str(store)), 0).tasks
         for b in read_range(t, WalkResult())
     ]
-    ours = pa.Table.from_batches([to_messages(b, 7) for b in batches]).to_pylist()
+    ours = pa.Table.from_batches([to_messages(b, 7, "c1") for b in batches]).to_pylist()
     raw = pa.Table.from_batches(batches).select(schemas.RAW_MESSAGE.fieldNames())
-    theirs = spark_messages(spark.createDataFrame(raw, schemas.RAW_MESSAGE), 7).collect()
+    theirs = spark_messages(spark.createDataFrame(raw, schemas.RAW_MESSAGE), 7, "c1").collect()
     assert len(ours) == len(theirs) == 120
 
     def plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -76,7 +76,8 @@ def test_ranges_tile_the_log_from_the_checkpoint(tmp_path: Path) -> None:
 
 
 def _row(run: int, status: str, source: str, nxt: int, end: int) -> dict[str, object]:
-    return {"run": run, "status": status, "broker": "b", "broker_id": 0, "store_dir": "/s",
+    return {"run": run, "status": status, "cluster": "c1", "broker": "b", "broker_id": 0,
+            "store_dir": "/s",
             "source": source, "start_offset": 0, "plan_end": end, "next_offset": nxt}  # fmt: skip
 
 
@@ -88,13 +89,15 @@ def test_state_and_resume() -> None:
     ]  # fmt: skip
     state = ingest_state.load_state(rows)
     assert state.last_run == 2 and state.next_offset == {
-        ("b", 0, ingest_state.COMMITLOG): (90, 100)
+        ("c1", "b", 0, ingest_state.COMMITLOG): (90, 100)
     }
     plan = ingest_state.resume_plan(state, [])
     assert plan.resumed and plan.run == 2
-    assert [(i.broker.name, i.start, i.plan_end) for i in plan.items] == [("b", 0, 300)]
+    assert [(i.broker.replica, i.start, i.plan_end) for i in plan.items] == [
+        (("c1", "b", 0), 0, 300)
+    ]
     done = ingest_state.load_state([*rows, _row(2, "done", ingest_state.COMMITLOG, 300, 300)])
-    assert done.unfinished == [] and done.next_offset[("b", 0, ingest_state.COMMITLOG)] == (
+    assert done.unfinished == [] and done.next_offset[("c1", "b", 0, ingest_state.COMMITLOG)] == (
         300,
         300,
     )

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from broker_runtime.common import findings
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from pipeline.lake import AUDIT_TABLES
 from pipeline.reports.audit_report import PLOTS, render_report
 from pipeline.reports.dlq_report import render_dlq_report
@@ -30,7 +31,8 @@ def _table(name: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = AUDIT_TABLES[name].fieldNames()
     stray = {k for r in rows for k in r} - set(columns)
     assert not stray, stray
-    return pd.DataFrame([{**r, "as_of_ms": AS_OF} for r in rows], columns=columns)
+    rows = [{"cluster": DEFAULT_CLUSTER, **r, "as_of_ms": AS_OF} for r in rows]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _finding(kind: str, cause: str, msg_id: str | None, group: str | None, count: int, **more: Any):

@@ -127,7 +127,7 @@ def ledger(tmp_path: Path) -> ProducerLedger:
 
 def run_of(ledger: ProducerLedger, max_send_count: int = 16) -> tuple[_Run, FakeLog]:
     log = FakeLog()
-    return _Run(ledger, log, "run-1", max_send_count), log  # type: ignore[arg-type]
+    return _Run(ledger, log, "run-1", max_send_count, "c1"), log  # type: ignore[arg-type]
 
 
 def test_kept_bodies_come_back_by_id(ledger: ProducerLedger) -> None:

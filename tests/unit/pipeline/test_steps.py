@@ -10,11 +10,21 @@ import pytest
 
 from pipeline.cli import add_parser
 from pipeline.cli.audit_cmds import inputs_of
-from pipeline.steps import AUDIT_STEPS, OPTIONS, STEPS, VALIDATE, RunInputs, Step, gate_params
+from pipeline.steps import (
+    AUDIT_STEPS,
+    OPTIONS,
+    STEPS,
+    VALIDATE,
+    RunInputs,
+    Step,
+    gate_params,
+    option_value,
+    split_dirs,
+)
 
 INPUTS = RunInputs(
     lake=Path("/lake"),
-    data_dir=Path("/data"),
+    data_dirs=(Path("/data"), Path("/other cluster")),
     out=Path("/out"),
     docs=Path("/docs"),
     run_name="mq_audit-20240101T000000Z",
@@ -34,7 +44,7 @@ def _parsed(argv: list[str]) -> argparse.Namespace:
 
 
 def _values(inputs: RunInputs) -> dict[str, str]:
-    return {name: str(getattr(inputs, name)) for name in OPTIONS}
+    return {name: option_value(inputs, name) for name in OPTIONS}
 
 
 @pytest.mark.parametrize("step", list(STEPS.values()), ids=list(STEPS))
@@ -56,6 +66,12 @@ def test_the_dag_steps_in_order_and_the_gate_takes_the_runs_bound() -> None:
 def test_an_empty_template_value_is_no_ledger_url() -> None:
     argv = STEPS["ingest"].argv(_values(INPUTS) | {"ledger_url": ""})
     assert inputs_of(_parsed(argv)).ledger_url is None
+
+
+def test_data_dirs_repeat_or_join_like_path_and_empty_parts_are_dropped() -> None:
+    args = _parsed(["ingest", "--lake", "/l", "--data-dir", "/a:/b:", "--data-dir", "/c"])
+    assert inputs_of(args).data_dirs == (Path("/a"), Path("/b"), Path("/c"))
+    assert split_dirs(["/home:"]) == (Path("/home"),)  # the DAG's template, no other cluster
 
 
 def test_a_bound_below_one_is_refused() -> None:
