@@ -111,12 +111,18 @@ class Airflow:
         return rows[0][0].timestamp() if rows[0][0] is not None else float("-inf")
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        """Each task's state; prints where the run's time went (queued, then running)."""
         rows = self.query(
-            "SELECT task_id, state FROM task_instance WHERE dag_id = %s AND run_id = %s",
+            "SELECT task_id, state, queued_dttm, start_date, end_date FROM task_instance"
+            " WHERE dag_id = %s AND run_id = %s ORDER BY start_date",
             dag_id,
             run_id,
         )
-        return {t: s for t, s in rows}
+        for task, state, queued, start, end in rows:
+            waited = (start - queued).total_seconds() if start and queued else None
+            ran = (end - start).total_seconds() if end and start else None
+            print(f"{dag_id}.{task}: {state}, queued {waited} s, ran {ran} s")
+        return {t: s for t, s, *_ in rows}
 
 
 @pytest.fixture
