@@ -70,8 +70,7 @@ def runs(
     # On the cluster: a driver process of its own (this one has its local session). The
     # local run goes on meanwhile: the cluster run spends much of its time waiting (on its
     # executors' start, on each small job's round trips), time the local run uses.
-    cluster.mkdir()
-    with (cluster / "driver.out").open("w+") as out, (cluster / "driver.err").open("w+") as err:
+    with (root / "driver.out").open("w+") as out, (root / "driver.err").open("w+") as err:
         driver = subprocess.Popen(
             mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
             stdout=out,
