@@ -129,17 +129,9 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
         for i in range(workers):
             work = root / f"worker-{i}"
             work.mkdir(exist_ok=True)
-            args = [
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--webui-port",
-                "0",
-                "--cores",
-                str(WORKER_CORES),
-            ]
-            args += ["--memory", "1g", "--work-dir", str(work), cluster.url]
+            args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
+            args += ["--cores", str(WORKER_CORES), "--memory", "1g"]
+            args += ["--work-dir", str(work), cluster.url]
             cluster.procs.append(
                 _spark_class(
                     "org.apache.spark.deploy.worker.Worker", args, root / f"worker-{i}.log"
