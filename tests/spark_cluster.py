@@ -1,7 +1,7 @@
 """A real Spark standalone cluster for tests: a master and two workers started from the
-installed pyspark (`spark-class`), on 127.0.0.1 with ephemeral ports, WORKER_CORES task
-slots and 1 GiB per worker, stopped by PID. Ports are read from the daemons' own log lines;
-readiness and the applications' executors from the master's and workers' JSON endpoints.
+installed pyspark (`spark-class`), on 127.0.0.1 with ephemeral ports, 1 core and 1 GiB per
+worker, stopped by PID. Ports are read from the daemons' own log lines; readiness and the
+applications' executors from the master's and workers' JSON endpoints.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ from tests.db_servers import stop_process, wait_until
 START_TIMEOUT_S = 600.0  # JVMs on a busy two-core machine (ready is polled, not waited out)
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
-# Task slots per worker. The jobs on a few dozen messages wait on round trips more than on
-# the CPU, and a pipeline driver runs jobs side by side (more than half of its stages start
-# while another runs): with one slot per worker they queued for the cluster's two.
-WORKER_CORES = 2
 # The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
 # on inputs this small, compiling each query's generated code costs more than it saves
 # (pipeline.demo's SMALL_DATA_SPARK says the same for the demo).
@@ -130,7 +126,7 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
             work = root / f"worker-{i}"
             work.mkdir(exist_ok=True)
             args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
-            args += ["--cores", str(WORKER_CORES), "--memory", "1g"]
+            args += ["--cores", "1", "--memory", "1g"]
             args += ["--work-dir", str(work), cluster.url]
             cluster.procs.append(
                 _spark_class(
