@@ -24,12 +24,17 @@ from tests.db_servers import stop_process, wait_until
 START_TIMEOUT_S = 600.0  # JVMs on a busy two-core machine (ready is polled, not waited out)
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
+# The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
+# on inputs this small, compiling each query's generated code costs more than it saves
+# (pipeline.demo's SMALL_DATA_SPARK says the same for the demo).
+CLIENT_CONF = {"spark.sql.codegen.wholeStage": "false"}
 
 
 @dataclass
 class SparkCluster:
     url: str  # spark://127.0.0.1:PORT
     web: str  # the master's web UI, http://127.0.0.1:PORT
+    conf_dir: Path  # SPARK_CONF_DIR of the drivers: spark-defaults.conf with CLIENT_CONF
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def state(self) -> dict[str, Any]:
@@ -48,9 +53,18 @@ class SparkCluster:
                 out[worker["id"]] = ids
         return out
 
+    def client_env(self) -> dict[str, str]:
+        """What a driver process using this cluster needs in its environment: addresses on
+        loopback, and the client settings (CLIENT_CONF) in a spark-defaults.conf."""
+        return {
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_CONF_DIR": str(self.conf_dir),
+        }
+
     def env(self) -> dict[str, str]:
-        """The environment of a driver process using this cluster (addresses on loopback)."""
-        return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_HOME)}
+        """The environment of a driver process using this cluster."""
+        return {**os.environ, **self.client_env()}
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -90,7 +104,11 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
         ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
         log,
     )
-    cluster = SparkCluster("", "", [master])
+    cluster = SparkCluster("", "", root / "conf", [master])
+    cluster.conf_dir.mkdir(exist_ok=True)
+    (cluster.conf_dir / "spark-defaults.conf").write_text(
+        "".join(f"{key} {value}\n" for key, value in CLIENT_CONF.items())
+    )
     try:
         wait_until(
             lambda: (
@@ -107,8 +125,9 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
         for i in range(workers):
             work = root / f"worker-{i}"
             work.mkdir(exist_ok=True)
-            args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1"]
-            args += ["--memory", "1g", "--work-dir", str(work), cluster.url]
+            args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
+            args += ["--cores", "1", "--memory", "1g"]
+            args += ["--work-dir", str(work), cluster.url]
             cluster.procs.append(
                 _spark_class(
                     "org.apache.spark.deploy.worker.Worker", args, root / f"worker-{i}.log"

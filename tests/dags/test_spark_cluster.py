@@ -67,20 +67,31 @@ def runs(
     root = tmp_path_factory.mktemp("cluster-run")
     data_dir = build_data_dir(root)
     local, cluster = root / "local", root / "cluster"
-    # On the cluster: a driver process of its own (this one has its local session).
-    done = subprocess.run(
-        mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
-        capture_output=True,
-        text=True,
-        env=spark_cluster.env(),
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    on_cluster = json.loads(done.stdout.strip().splitlines()[-1])
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main([*_run_args(data_dir, local), "--spark-master", "local[2]"]) == 0
-    in_process = json.loads(out.getvalue().strip().splitlines()[-1])
+    # On the cluster: a driver process of its own (this one has its local session). The
+    # local run goes on meanwhile: the cluster run spends much of its time waiting (on its
+    # executors' start, on each small job's round trips), time the local run uses.
+    with (root / "driver.out").open("w+") as out, (root / "driver.err").open("w+") as err:
+        driver = subprocess.Popen(
+            mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
+            stdout=out,
+            stderr=err,
+            text=True,
+            env=spark_cluster.env(),
+        )
+        try:
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                assert main([*_run_args(data_dir, local), "--spark-master", "local[2]"]) == 0
+            driver.wait(timeout=1200)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+        err.seek(0)
+        assert driver.returncode == 0, err.read()[-5000:]
+        out.seek(0)
+        on_cluster = json.loads(out.read().strip().splitlines()[-1])
+    in_process = json.loads(printed.getvalue().strip().splitlines()[-1])
     return {"local": (local / "lake", in_process), "cluster": (cluster / "lake", on_cluster)}
 
 
@@ -132,7 +143,8 @@ def test_mq_audit_through_spark_submit_on_the_cluster(
         "AIRFLOW_CONN_MQAUDIT_SPARK", json.dumps(conn | {"extra": {"deploy-mode": "client"}})
     )
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the drivers the executors call back
+    for name, value in spark_cluster.client_env().items():  # what the submitted drivers need
+        monkeypatch.setenv(name, value)
     before = {a["id"] for a in spark_cluster.state()["completedapps"]}
     dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
     assert {type(t).__name__ for t in dag.tasks} == {"SparkSubmitOperator"}
