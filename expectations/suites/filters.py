@@ -37,19 +37,7 @@ def consumer_filters_suite() -> gx.ExpectationSuite:
     return gx.ExpectationSuite(
         name=TABLE,
         expectations=[
-            *not_null(
-                [
-                    "cluster",
-                    "broker",
-                    "broker_id",
-                    "snapshot_ts",
-                    "topic",
-                    "consumer_group",
-                    "expression_type",
-                    "expression",
-                    "born_ts",
-                ]
-            ),
+            *not_null([*TABLES[TABLE].key, "expression_type", "expression", "born_ts"]),
             gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES[TABLE].key)),
             gxe.ExpectColumnValuesToBeInSet(
                 column="expression_type", value_set=param("expression_types")

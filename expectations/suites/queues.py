@@ -56,18 +56,7 @@ def consumer_offsets_suite() -> gx.ExpectationSuite:
     return gx.ExpectationSuite(
         name=CONSUMER_OFFSETS,
         expectations=[
-            *not_null(
-                [
-                    "cluster",
-                    "broker",
-                    "broker_id",
-                    "snapshot_ts",
-                    "topic",
-                    "consumer_group",
-                    "queue_id",
-                    "committed_offset",
-                ]
-            ),
+            *not_null([*TABLES["consumer_offsets"].key, "committed_offset"]),
             gxe.ExpectCompoundColumnsToBeUnique(column_list=list(TABLES["consumer_offsets"].key)),
             *at_least(0, ["broker_id", "queue_id", "committed_offset", "max_offset"]),
             *legal_names(["topic", "consumer_group"]),
