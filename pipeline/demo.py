@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
 from pipeline.demo_rabbit import (
     RabbitFailed,
     RabbitSide,
@@ -44,6 +46,7 @@ from pipeline.demo_rabbit import (
     unavailable_reason,
 )
 from pipeline.demo_summary import (
+    REPAIR_SUMMARY,
     build_summary,
     format_summary,
     latest,
@@ -175,6 +178,7 @@ class Demo:
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
                 real = {**conf, "dry_run": False}
                 self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+            self.step("loss repair", self.repair_losses)
             # The audit the remedies acted on; the next one shows what they repaired.
             first_audit = latest(self.reports, "mq_audit")
             self.step(
@@ -248,6 +252,31 @@ class Demo:
             "--truth", str(self.rabbit_truth), "--seed", str(self.seed),
         )  # fmt: skip
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
+
+    def repair_losses(self) -> None:
+        """The lost_after_ack losses of the workload's master-crash cluster, sent again from
+        its producer ledger's kept bodies (`mqaudit pipeline repair`, on the lake's rows of
+        that cluster): its nodes start again for it and stop after. The next mq_audit
+        verifies what came back. REPORTS/loss_repair.json gets the repair's summary."""
+        root = self.data_dir / "scenarios" / LOSSY_CLUSTER
+        if not (root / "cluster.json").exists():
+            self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
+            return
+        start = "cluster", "start-node", "--data-dir", str(root)
+        try:
+            for node in ClusterLayout.load(root).nodes:  # name servers first
+                self.run_logged(f"repair-start-{node.name}", _product(*start, node.name))
+            argv = [
+                sys.executable, "-m", "pipeline.cli", "repair", "--lake", str(self.lake),
+                "--data-dir", str(root), "--no-dry-run", "--max-messages", "10000",
+                "--rate", "500", "--quiet",
+            ]  # fmt: skip
+            done = json.loads(self.run_logged("loss-repair", argv, stdout=True))
+            summary = {"cluster": LOSSY_CLUSTER, **done}
+            (self.reports / REPAIR_SUMMARY).write_text(json.dumps(summary, indent=2))
+        finally:
+            down = _product("cluster", "down", "--data-dir", str(root))
+            self.run_logged("repair-cluster-down", down)
 
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:
