@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
 from pipeline.demo_rabbit import (
@@ -262,10 +263,11 @@ class Demo:
         if not (root / "cluster.json").exists():
             self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
             return
-        start = "cluster", "start-node", "--data-dir", str(root)
-        try:
-            for node in ClusterLayout.load(root).nodes:  # name servers first
-                self.run_logged(f"repair-start-{node.name}", _product(*start, node.name))
+        layout = ClusterLayout.load(root)
+        try:  # its nodes are this process's children: started, and stopped, here
+            for node in layout.nodes:  # name servers first
+                supervisor.start_node(layout, node, None, 120.0)
+            supervisor.wait_ready(layout, 120.0)  # every broker on the name servers
             argv = [
                 sys.executable, "-m", "pipeline.cli", "repair", "--lake", str(self.lake),
                 "--data-dir", str(root), "--no-dry-run", "--max-messages", "10000",
@@ -275,8 +277,7 @@ class Demo:
             summary = {"cluster": LOSSY_CLUSTER, **done}
             (self.reports / REPAIR_SUMMARY).write_text(json.dumps(summary, indent=2))
         finally:
-            down = _product("cluster", "down", "--data-dir", str(root))
-            self.run_logged("repair-cluster-down", down)
+            supervisor.down(ClusterLayout.load(root), 10.0)
 
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:
