@@ -36,6 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from broker_runtime.cluster import supervisor
+from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
 from pipeline.demo_rabbit import (
     RabbitFailed,
     RabbitSide,
@@ -44,6 +47,7 @@ from pipeline.demo_rabbit import (
     unavailable_reason,
 )
 from pipeline.demo_summary import (
+    REPAIR_SUMMARY,
     build_summary,
     format_summary,
     latest,
@@ -175,6 +179,7 @@ class Demo:
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
                 real = {**conf, "dry_run": False}
                 self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+            self.step("loss repair", self.repair_losses)
             # The audit the remedies acted on; the next one shows what they repaired.
             first_audit = latest(self.reports, "mq_audit")
             self.step(
@@ -248,6 +253,31 @@ class Demo:
             "--truth", str(self.rabbit_truth), "--seed", str(self.seed),
         )  # fmt: skip
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
+
+    def repair_losses(self) -> None:
+        """The lost_after_ack losses of the workload's master-crash cluster, sent again from
+        its producer ledger's kept bodies (`mqaudit pipeline repair`, on the lake's rows of
+        that cluster): its nodes start again for it and stop after. The next mq_audit
+        verifies what came back. REPORTS/loss_repair.json gets the repair's summary."""
+        root = self.data_dir / "scenarios" / LOSSY_CLUSTER
+        if not (root / "cluster.json").exists():
+            self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
+            return
+        layout = ClusterLayout.load(root)
+        try:  # its nodes are this process's children: started, and stopped, here
+            for node in layout.nodes:  # name servers first
+                supervisor.start_node(layout, node, None, 120.0)
+            supervisor.wait_ready(layout, 120.0)  # every broker on the name servers
+            argv = [
+                sys.executable, "-m", "pipeline.cli", "repair", "--lake", str(self.lake),
+                "--data-dir", str(root), "--no-dry-run", "--max-messages", "10000",
+                "--rate", "500", "--quiet",
+            ]  # fmt: skip
+            done = json.loads(self.run_logged("loss-repair", argv, stdout=True))
+            summary = {"cluster": LOSSY_CLUSTER, **done}
+            (self.reports / REPAIR_SUMMARY).write_text(json.dumps(summary, indent=2))
+        finally:
+            supervisor.down(ClusterLayout.load(root), 10.0)
 
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:

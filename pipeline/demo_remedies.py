@@ -4,8 +4,10 @@ DAG runs' summaries).
 
 A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
 it acted on no more: resend_due by mq_retry_resend (the stubs confirmed at their new
-offsets), dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed). The
-other kinds have no remedy the demo can run, and `NO_REMEDY` says why for each.
+offsets), dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
+lost_after_ack by `pipeline repair` on the master-crash cluster (sent again from the
+producer's kept bodies, the stubs confirmed at the new positions). The other kinds have no
+remedy the demo can run, and `NO_REMEDY` says why for each.
 """
 
 from __future__ import annotations
@@ -37,9 +39,8 @@ NO_REMEDY: dict[str, str] = {
     DUPLICATE_EFFECT: "the work was done twice in the consumer's own system: a person "
     "reverses it there",
     RETRIED_THEN_OK: "no fault: retried as designed, then consumed",
-    LOST_AFTER_ACK: "repaired from the producer ledger's kept bodies by mq_loss_repair "
-    "(`mqaudit pipeline repair`); the demo's losses are on the master-crash clusters, which "
-    "are down when the DAGs run, so the demo does not run it",
+    LOST_AFTER_ACK: "repaired from the producer ledger's kept bodies by `mqaudit pipeline "
+    "repair` (or mq_loss_repair); this run repaired none",
     HALF_STUCK: "the producer's check-back decides; a person commits or rolls back",
     CHECK_GAVE_UP: "RocketMQ gave up checking: a person decides (the admin command puts the "
     "message back under checking)",
@@ -72,9 +73,11 @@ def remediation(
     after: dict[str, Any],
     resend: dict[str, Any],
     replay: dict[str, Any],
+    repair: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`
-    and `replay`: the summaries of mq_retry_resend and of the real mq_dlq_replay."""
+    """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`,
+    `replay` and `repair`: the summaries of mq_retry_resend, of the real mq_dlq_replay and of
+    the loss repair (with the `cluster` it repaired)."""
     # RocketMQ's findings of the cluster each remedy acted on (the DAGs' own cluster).
     group = replay.get("request", {}).get("group")
     resent, replayed = resend.get("cluster"), replay.get("request", {}).get("cluster")
@@ -92,7 +95,20 @@ def remediation(
             int(_counts(after, replayed).get("dead_letters_waiting") or 0),
         ),
     }
-    return {"loops": loops, "no_remedy": dict(NO_REMEDY)}
+    if repair:
+        lossy = repair.get("cluster")
+        loops[LOST_AFTER_ACK] = _loop(
+            f"pipeline repair of cluster {lossy}",
+            _lost(_counts(first, lossy)),
+            int(repair.get("send", {}).get("sent") or 0),
+            _lost(_counts(after, lossy)),
+        )
+    no_remedy = {k: v for k, v in NO_REMEDY.items() if k not in loops}
+    return {"loops": loops, "no_remedy": no_remedy}
+
+
+def _lost(counts: dict[str, Any]) -> int:
+    return int(counts.get("losses", {}).get(LOST_AFTER_ACK) or 0)
 
 
 def remediation_lines(r: dict[str, Any]) -> list[str]:

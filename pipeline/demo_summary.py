@@ -46,6 +46,9 @@ COMPARED_KINDS = (
 )
 
 
+REPAIR_SUMMARY = "loss_repair.json"  # under REPORTS: the demo's `pipeline repair` run
+
+
 def load_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
@@ -172,6 +175,7 @@ def build_summary(
     audited = _audited(system_summary(found, ROCKETMQ))  # RabbitMQ: its own block
     clusters = found.get("clusters", {})
     resend = latest(reports, "mq_retry_resend")
+    repair = load_json(reports / REPAIR_SUMMARY)
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
     truth = load_json(truth_path)
@@ -215,7 +219,7 @@ def build_summary(
             "dry_run": dry.get("by_status", {}),
             "real": real.get("by_status", {}),
         },
-        "remediation": remediation(audit, after, resend, real) if first_audit else None,
+        "remediation": remediation(audit, after, resend, real, repair) if first_audit else None,
         "problems": [*found.get("problems", []), *cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",

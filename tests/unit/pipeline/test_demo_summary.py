@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from broker_runtime.common.findings import COUNTS
-from pipeline.demo_summary import build_summary, format_summary, other_clusters, pick_replay_group
+from pipeline.demo_summary import (
+    REPAIR_SUMMARY,
+    build_summary,
+    format_summary,
+    other_clusters,
+    pick_replay_group,
+)
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:
@@ -124,12 +130,14 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     first = json.loads((reports / "mq_audit" / "r1" / "summary.json").read_text())
     first["report"]["summary"] |= {"resend_candidates": 3, "dead_letters_waiting": 4}
     after = {"report": {"summary": {"resend_candidates": 0, "dead_letters_waiting": 1}}}
+    after["report"]["summary"]["clusters"] = {"crash": {"losses": {}}}  # both repaired
     run = _write(reports / "mq_audit" / "r2" / "summary.json", after)
     _write(reports / "mq_audit" / "latest.json", {"summary": str(run)})
     resend = _write(reports / "mq_retry_resend" / "r1" / "summary.json", {"counts": {"sent": 3}})
     _write(reports / "mq_retry_resend" / "latest.json", {"summary": str(resend)})
     replay = {"request": {"group": "g", "dry_run": False}, "by_status": {"sent": 2}}
     _write(reports / "mq_dlq_replay" / "r1" / "summary.json", replay)
+    _write(reports / REPAIR_SUMMARY, {"cluster": "crash", "send": {"sent": 2, "failed": 0}})
     s = build_summary(reports, truth, None, {}, tmp_path, first)
     loops = s["remediation"]["loops"]
     assert loops["resend_due"] == {
@@ -141,7 +149,11 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 3, "match": False}  # first
     text = format_summary(s)
     assert "resend_due" in text and "(mq_retry_resend; closed)" in text
-    assert "lost_after_ack" in s["remediation"]["no_remedy"]
+    assert loops["lost_after_ack"] == {
+        "remedy": "pipeline repair of cluster crash", "found": 2, "acted": 2, "left": 0,
+        "closed": True,
+    }  # fmt: skip
+    assert "lost_after_ack" not in s["remediation"]["no_remedy"]
     # Without a second audit there is no loop to show.
     assert build_summary(reports, truth, None, {}, tmp_path)["remediation"] is None
 
