@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import SparkSession
 
-from broker_runtime.common.constants import DEFAULT_CLUSTER
 from expectations.context import GateContext
 from pipeline.spark_session import build_spark
 
@@ -37,19 +34,3 @@ def docs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gates(spark: SparkSession, docs_dir: Path) -> GateContext:
     """The run's one context, writing Data Docs (as the DAG's does)."""
     return GateContext(docs_dir)
-
-
-def frame(spark: SparkSession, schema: StructType, rows: list[dict[str, Any]]) -> DataFrame:
-    """Rows given as dicts over `schema`; unnamed columns are null, but `cluster`: the
-    default cluster's rows unless they name one."""
-    names = set(schema.fieldNames())
-    for row in rows:
-        stray = set(row) - names
-        assert not stray, f"columns not in the schema: {stray}"
-    return spark.createDataFrame(
-        [
-            tuple({"cluster": DEFAULT_CLUSTER, **row}.get(f) for f in schema.fieldNames())
-            for row in rows
-        ],
-        schema,
-    )

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.lake import AUDIT_TABLES
 from pipeline.lake import INGESTED_TABLES as TABLES
-from tests.unit.expectations.conftest import frame
+from tests.unit.pipeline.audit_helpers import frame
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000
@@ -326,10 +326,12 @@ _COMPOUND = "expect_compound_columns_to_be_unique"
 _REGEX = "expect_column_values_to_match_regex"
 _ROWS = "expect_table_row_count_to_be_between"
 
+_REPLICA = ("cluster", "broker", "broker_id")  # one store of one broker
+
 # table -> the (expectation, columns) each bad table must fail, and nothing else.
 BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     "messages": {
-        (_COMPOUND, ("cluster", "broker", "broker_id", "phys_offset")),
+        (_COMPOUND, (*_REPLICA, "phys_offset")),
         (_PAIR, ("queue_offset", "prev_queue_offset")),
         (_BETWEEN, ("store_before_born_ms",)),
         (_IN_SET, ("crc_ok",)),
@@ -338,23 +340,12 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
         (_NOT_NULL, ("queue_offset",)),
     },
     "consume_queue": {
-        (_COMPOUND, ("cluster", "broker", "broker_id", "topic", "queue_id", "queue_offset")),
+        (_COMPOUND, (*_REPLICA, "topic", "queue_id", "queue_offset")),
         (_PAIR, ("phys_offset", "prev_phys_offset")),
         (_BETWEEN, ("size",)),
     },
     "consumer_offsets": {
-        (
-            _COMPOUND,
-            (
-                "cluster",
-                "broker",
-                "broker_id",
-                "snapshot_ts",
-                "topic",
-                "consumer_group",
-                "queue_id",
-            ),
-        ),
+        (_COMPOUND, (*_REPLICA, "snapshot_ts", "topic", "consumer_group", "queue_id")),
         (_BETWEEN, ("committed_offset",)),
         (_REGEX, ("consumer_group",)),
         (_BETWEEN, ("snapshot_ts",)),
@@ -398,7 +389,7 @@ BAD_FAILURES: dict[str, set[tuple[str, tuple[str, ...]]]] = {
     },
     "audit_transactions": {(_ROWS, ())},
     "consumer_filters": {
-        (_COMPOUND, ("cluster", "broker", "broker_id", "snapshot_ts", "topic", "consumer_group")),
+        (_COMPOUND, (*_REPLICA, "snapshot_ts", "topic", "consumer_group")),
         (_IN_SET, ("expression_type",)),
         (_BETWEEN, ("born_ts",)),
         (_REGEX, ("consumer_group",)),

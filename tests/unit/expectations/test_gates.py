@@ -14,8 +14,8 @@ from expectations.context import GateContext
 from expectations.gates import GateFailed, run_all_gates, run_gate
 from expectations.suites import SPECS
 from pipeline.lake import INGESTED_TABLES as TABLES
-from tests.unit.expectations.conftest import frame
 from tests.unit.expectations.lake import BAD_FAILURES, T0, damage, good_messages, lake, msg
+from tests.unit.pipeline.audit_helpers import frame
 
 pytestmark = pytest.mark.slow
 
