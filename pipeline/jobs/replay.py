@@ -298,6 +298,7 @@ def run_replay(
     spark = _session(spark, master)
     if target is None and not request.dry_run:
         raise ValueError("a real replay needs the cluster's name servers (RabbitMQ: its URL)")
+    request = _for_cluster(lake, request)  # once: the steps below see it named
     plan = plan_step(lake, request, replay_id, target=target, spark=spark, progress=progress)
     sent: dict[str, Any] = {"dry_run": True}
     if not request.dry_run and target is not None:
