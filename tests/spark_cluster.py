@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import pytest
 from tests.db_servers import stop_process, wait_until
 
 START_TIMEOUT_S = 600.0  # JVMs on a busy two-core machine (ready is polled, not waited out)
+FINISH_TIMEOUT_S = 120.0  # an application's end reaching the master after its driver exited
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
 # The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
@@ -40,6 +42,23 @@ class SparkCluster:
     def state(self) -> dict[str, Any]:
         """The master's JSON view: workers, active and completed applications."""
         return _get_json(f"{self.web}/json/")
+
+    def completed_apps(
+        self, names: list[str], before: set[str] | frozenset[str] = frozenset()
+    ) -> list[dict[str, Any]]:
+        """The completed applications named in `names` and not in `before`, once there are
+        as many as `names` (or FINISH_TIMEOUT_S passed: the caller asserts what it got). A
+        driver's goodbye, or its disconnection, reaches the master after the driver exited."""
+        deadline = time.monotonic() + FINISH_TIMEOUT_S
+        while True:
+            apps = [
+                a
+                for a in self.state()["completedapps"]
+                if a["name"] in names and a["id"] not in before
+            ]
+            if len(apps) >= len(names) or time.monotonic() > deadline:
+                return apps
+            time.sleep(0.2)
 
     def executors(self, app_id: str) -> dict[str, list[int]]:
         """Worker id -> ids of the executors of `app_id` it ran (running or finished), read

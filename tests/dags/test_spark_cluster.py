@@ -101,7 +101,7 @@ def test_the_cluster_run_had_executors_on_both_workers_with_the_c_reader(
     summary = runs["cluster"][1]
     assert summary["ok"] and summary["backend"] == "native"
     assert summary["readers"] == ["c"]  # every range was decoded by the C kernel
-    apps = [a for a in spark_cluster.state()["completedapps"] if a["name"] == "mqaudit-run"]
+    apps = spark_cluster.completed_apps(["mqaudit-run"])
     assert len(apps) == 1, apps
     executors = spark_cluster.executors(apps[0]["id"])
     workers = {w["id"] for w in spark_cluster.state()["workers"]}
@@ -152,9 +152,9 @@ def test_mq_audit_through_spark_submit_on_the_cluster(
     run = dag.test(logical_date=when)
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert run.state == "success", states
-    apps = [a for a in spark_cluster.state()["completedapps"] if a["id"] not in before]
-    names = sorted(a["name"] for a in apps)
-    assert names == ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
+    steps = ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
+    apps = spark_cluster.completed_apps(steps, before)
+    assert sorted(a["name"] for a in apps) == steps, apps
     for app in apps:  # each step's executors ran on the workers
         assert spark_cluster.executors(app["id"]), app
     (report,) = (reports / "mq_audit").glob("*/audit_report.html")
