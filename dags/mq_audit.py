@@ -46,7 +46,7 @@ def run_step(command: str) -> dict[str, Any]:
     """One step in this process; the report step also writes the run's summary.json."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from expectations.gates import GateFailed
+    from expectations.results import GateFailed
 
     s, ctx = load_settings(), get_current_context()
     step = STEPS[command]

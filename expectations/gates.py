@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 
 from broker_runtime.common.progress import reporter
 from expectations.context import ENGINES, GateContext, shared_context
-from expectations.results import GateResult, summarize
+from expectations.results import GateFailed, GateResult, summarize
 from expectations.suites import SPECS
 from expectations.suites.common import SuiteSpec, referenced_columns, resolve_parameters
 
@@ -30,28 +30,6 @@ _GATE = reporter("gate")
 # A table of at most this many rows (of the columns its suite reads) is validated by GX's
 # pandas engine, a larger one by its Spark engine (expectations.context says why).
 PANDAS_MAX_ROWS = 200_000
-
-
-class GateFailed(Exception):
-    """Gates failed; the message names each table, failed expectation and sample rows.
-
-    `results` holds the failed gates; `summary` the whole run's JSON-able summary when the
-    failure comes from run_all_gates (a task can still hand it to the report).
-    """
-
-    def __init__(
-        self,
-        results: list[GateResult],
-        docs_index: str | None = None,
-        summary: dict[str, Any] | None = None,
-    ) -> None:
-        self.results = results
-        self.summary = summary
-        lines = ["data quality gate failed:"]
-        lines += [r.describe() for r in results]
-        if docs_index is not None:
-            lines.append(f"Data Docs: {docs_index}")
-        super().__init__("\n".join(lines))
 
 
 def _context(context: GateContext | None, docs_dir: Path | str | None) -> GateContext:

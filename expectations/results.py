@@ -165,3 +165,25 @@ def summarize(
         docs_index=docs_index,
         engine=engine,
     )
+
+
+class GateFailed(Exception):
+    """Gates failed; the message names each table, failed expectation and sample rows.
+
+    `results` holds the failed gates; `summary` the whole run's JSON-able summary when the
+    failure comes from run_all_gates (a task can still hand it to the report).
+    """
+
+    def __init__(
+        self,
+        results: list[GateResult],
+        docs_index: str | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        self.results = results
+        self.summary = summary
+        lines = ["data quality gate failed:"]
+        lines += [r.describe() for r in results]
+        if docs_index is not None:
+            lines.append(f"Data Docs: {docs_index}")
+        super().__init__("\n".join(lines))

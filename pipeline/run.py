@@ -42,7 +42,7 @@ def run_pipeline(inputs: RunInputs, spark: SparkSession | None = None) -> dict[s
 
     Raises RunFailed (its `summary` says how far the run got) when a gate fails.
     """
-    from expectations.gates import GateFailed
+    from expectations.results import GateFailed
     from pipeline.spark_session import build_spark
 
     started = time.monotonic()

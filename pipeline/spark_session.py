@@ -181,6 +181,10 @@ def build_spark(
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
+        # PySpark sends each DataFrame API call's Python call site to the JVM (for error
+        # messages): about ten py4j round trips per call, half of the time the audit spends
+        # building its plans. Static: it holds from the session's start.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
     settings = {**SQL_CONF, **delta_conf(conf), **(conf or {})}

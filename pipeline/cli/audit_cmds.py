@@ -292,7 +292,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from expectations.gates import GateFailed
+    from expectations.results import GateFailed
 
     _lake_must_exist(args.lake)
     try:

@@ -268,10 +268,8 @@ class _Ingest:
             self.appended["consumer_filters"] = self._append_rows("consumer_filters", rows)
 
     def _ledgers(self, ledgers: list[Ledgers]) -> None:
-        for x in ledgers:
-            merged = merge_ledgers(self.spark, self.io, self.lake, x.sources, x.cluster, self.say)
-            for name, n in merged.items():
-                self.appended[name] = self.appended.get(name, 0) + max(n, 0)
+        merged = merge_ledgers(self.spark, self.io, self.lake, ledgers, self.say)
+        self.appended |= {name: max(n, 0) for name, n in merged.items()}
 
     def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():

@@ -1,25 +1,28 @@
 """The producer and consumer ledgers into the lake: `message_stub` and `message_log`, each
-read in Arrow batches (SQLite file or a database URL), staged as one parquet file and merged
-by the table's key (a row the ledger changed since replaces the lake's). Part of every
+read in Arrow batches (SQLite file or a database URL), staged as parquet (a file per cluster)
+and merged by the table's key (a row the ledger changed since replaces the lake's). Part of every
 ingest, and alone for a system with no broker store to read (RabbitMQ)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.common.progress import reporter
 from broker_runtime.common.topics import validate_group
 from pipeline import schemas
 from pipeline.delta_io import DeltaIO
+from pipeline.jobs.ingest_sources import Ledgers
 from pipeline.lake import TABLES, table_path
-from pipeline.readers.layout import LedgerSources, cluster_of, ledger_sources
+from pipeline.readers.layout import cluster_of, ledger_sources
 from pipeline.readers.ledger import read_table
 from pipeline.spark_session import apply_sql_conf
 
@@ -28,36 +31,49 @@ def merge_ledgers(
     spark: SparkSession,
     io: DeltaIO,
     lake: str,
-    sources: LedgerSources,
-    cluster: str,
+    ledgers: Sequence[Ledgers],
     say: Callable[[str], None],
 ) -> dict[str, int]:
-    """Merge each ledger table of `cluster` that has a source (rows of other clusters stay
-    as they are); the rows new or changed per table."""
+    """Merge the ledgers of every cluster in `ledgers` into each ledger table, one merge per
+    table (rows of other clusters stay as they are); the rows new or changed per table.
+    One merge of all clusters' rows rather than one per cluster: a merge is several Spark
+    jobs and a commit whatever its size, and the clusters' keys never meet."""
     appended: dict[str, int] = {}
-    for name, url, schema in (
-        ("message_stub", sources.message_stub, schemas.MESSAGE_STUB),
-        ("message_log", sources.message_log, schemas.MESSAGE_LOG),
+    for name, schema in (
+        ("message_stub", schemas.MESSAGE_STUB),
+        ("message_log", schemas.MESSAGE_LOG),
     ):
-        if url is None:
-            continue
-        stage = Path(lake) / "_ingest_tmp" / f"{name}-{uuid.uuid4().hex}.parquet"
-        stage.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(lake) / "_ingest_tmp" / f"{name}-{uuid.uuid4().hex}"
+        stage.mkdir(parents=True, exist_ok=True)
         try:
-            writer = None
-            for batch in read_table(url, name, schema, cluster):
-                writer = writer or pq.ParquetWriter(stage, batch.schema)
-                writer.write_batch(batch)
-            if writer is None:
+            staged = [x.cluster for x in ledgers if _stage(x, name, schema, stage)]
+            if not staged:
                 continue
-            writer.close()
             df = spark.read.schema(schema).parquet(str(stage))
             n = io.merge_upsert(df, table_path(lake, name), schema, TABLES[name].key)
             appended[name] = n
-            say(f"{name} ({cluster}): {max(n, 0):,} new or changed rows")
+            say(f"{name} ({', '.join(staged)}): {max(n, 0):,} new or changed rows")
         finally:
-            shutil.rmtree(stage.parent, ignore_errors=True)
+            shutil.rmtree(stage, ignore_errors=True)
+            with contextlib.suppress(OSError):  # another run's stage may be in it
+                stage.parent.rmdir()
     return appended
+
+
+def _stage(ledgers: Ledgers, name: str, schema: StructType, stage: Path) -> bool:
+    """`name`'s rows of one cluster's ledger as a parquet file in `stage`; whether any."""
+    url = getattr(ledgers.sources, name)
+    if url is None:
+        return False
+    writer = None
+    try:
+        for batch in read_table(url, name, schema, ledgers.cluster):
+            writer = writer or pq.ParquetWriter(stage / f"{ledgers.cluster}.parquet", batch.schema)
+            writer.write_batch(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+    return writer is not None
 
 
 def ingest_ledgers(
@@ -77,6 +93,6 @@ def ingest_ledgers(
     for name in ("message_stub", "message_log"):
         io.ensure_table(table_path(root, name), TABLES[name].schema)
     where = Path(data_dir) if data_dir else None
-    sources = ledger_sources(where, ledger_url)
     name = cluster_of(where, cluster) if where else validate_group(cluster or DEFAULT_CLUSTER)
-    return merge_ledgers(spark, io, root, sources, name, reporter("ingest", progress))
+    ledgers = Ledgers(name, ledger_sources(where, ledger_url))
+    return merge_ledgers(spark, io, root, [ledgers], reporter("ingest", progress))
