@@ -337,7 +337,7 @@ def checkpoint(spark: SparkSession, n: int) -> DataFrame:
     """One finished ingest run over every broker's log and ConsumeQueues."""
     done_at = T0 + n + 60_000
     rows = [
-        (1, status, b, bid, f"/bench/{b}/{bid}", src, 0, 0, 0, 0, 0, done_at)
+        (1, status, b, bid, f"/bench/{b}/{bid}", src, 0, 0, 0, 0, 0, done_at, DEFAULT_CLUSTER)
         for status in ("planned", "done")
         for b in HOSTS
         for bid in (0, 1)
@@ -374,6 +374,14 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         io.ensure_table(path, schema, parts)
         if name in tables:
             df = tables[name].withColumn("cluster", F.lit(DEFAULT_CLUSTER))  # one cluster
+            # Columns added to the ledgers later: what the ledger reader gives an older one.
+            df = df.withColumns(
+                {
+                    f.name: F.lit(schemas.LEDGER_DEFAULTS[f.name]).cast(f.dataType)
+                    for f in schema.fields
+                    if f.name in schemas.LEDGER_DEFAULTS and f.name not in df.columns
+                }
+            )
             rows[name] = io.append(df, path, schema, parts)
             print(f"  {lake.name}: {name} {rows[name]:,} rows", file=sys.stderr, flush=True)
     done.write_text(json.dumps({**made, "rows": rows}))
