@@ -99,7 +99,9 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
             "d_last",
         )
     )
-    receipts = log.select(
+    # Only the queues of the clients probed matter (the window is per client and queue).
+    probed = probes.select(*_ACTIVITY).distinct()
+    receipts = log.join(probed, on=_ACTIVITY, how="left_semi").select(
         *_ACTIVITY,
         F.col("received_at").alias("t"),
         F.coalesce("finished_at", "received_at").alias("finish"),
@@ -127,13 +129,16 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
     )
 
 
-def explain_deliveries(log: DataFrame) -> DataFrame:
-    """Every delivery with its number within (group, msg_id) and, from the 2nd on, its cause."""
+def explain_deliveries(log: DataFrame, receipts: DataFrame | None = None) -> DataFrame:
+    """Every delivery of `log` with its number within (group, msg_id) and, from the 2nd on,
+    its cause. `receipts`: every delivery of the consumers (default `log`), when `log` holds
+    only some messages' deliveries (whole, per group): a client's other receipts decide
+    whether it still held a queue."""
     order = Window.partitionBy(*_GROUP_MSG).orderBy(F.col("received_at"), F.col("id"))
     prev = {f"p_{c}": F.lag(c).over(order) for c in ("outcome", "client_id", "topic")}
     prev["p_position"] = F.lag(F.struct("broker", "topic", "queue_id", "queue_offset")).over(order)
     steps = log.withColumns({"seq": F.row_number().over(order), **prev})
-    steps = steps.join(_overlaps(steps, log), on="id", how="left")
+    steps = steps.join(_overlaps(steps, log if receipts is None else receipts), on="id", how="left")
     position = F.struct("broker", "topic", "queue_id", "queue_offset")
     other_copy = (
         ~is_retry_topic(F.col("topic"))
@@ -154,7 +159,10 @@ def explain_deliveries(log: DataFrame) -> DataFrame:
 def delivered_twice(log: DataFrame) -> DataFrame:
     """Per (group, msg_id) delivered more than once: delivered_twice / retried_then_ok rows,
     plus duplicate_effect rows where two or more deliveries were CONSUMED."""
-    steps = explain_deliveries(log)
+    # Only a message a group received more than once has an extra delivery to explain: the
+    # windows run over those deliveries (few, in a large log), not over every one.
+    twice = log.groupBy(*_GROUP_MSG).count().filter(F.col("count") >= 2).drop("count")
+    steps = explain_deliveries(log.join(twice, on=_GROUP_MSG, how="left_semi"), receipts=log)
     extra = F.col("seq") > 1
     not_retry = extra & (F.col("cause") != findings.RETRY_AFTER_FAILURE)
     per_msg = steps.groupBy(*_GROUP_MSG).agg(
