@@ -1,7 +1,8 @@
 """The producer and consumer ledgers into the lake: `message_stub` and `message_log`, each
-read in Arrow batches (SQLite file or a database URL), staged as parquet (a file per cluster)
-and merged by the table's key (a row the ledger changed since replaces the lake's). Part of every
-ingest, and alone for a system with no broker store to read (RabbitMQ)."""
+read in Arrow batches (SQLite file or a database URL), staged as parquet (a file per
+cluster) and merged by the table's key (a row the ledger changed since replaces the
+lake's). Part of every ingest, and alone for a system with no broker store to read
+(RabbitMQ)."""
 
 from __future__ import annotations
 
