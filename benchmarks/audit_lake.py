@@ -375,11 +375,12 @@ def build_lake(spark: SparkSession, lake: Path, n: int) -> dict[str, int]:
         if name in tables:
             df = tables[name].withColumn("cluster", F.lit(DEFAULT_CLUSTER))  # one cluster
             # Columns added to the ledgers later: what the ledger reader gives an older one.
+            have = set(df.columns)
             df = df.withColumns(
                 {
                     f.name: F.lit(schemas.LEDGER_DEFAULTS[f.name]).cast(f.dataType)
                     for f in schema.fields
-                    if f.name in schemas.LEDGER_DEFAULTS and f.name not in df.columns
+                    if f.name in schemas.LEDGER_DEFAULTS and f.name not in have
                 }
             )
             rows[name] = io.append(df, path, schema, parts)

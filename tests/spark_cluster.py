@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class SparkCluster:
         return _get_json(f"{self.web}/json/")
 
     def completed_apps(
-        self, names: list[str], before: set[str] | frozenset[str] = frozenset()
+        self, names: list[str], before: AbstractSet[str] = frozenset()
     ) -> list[dict[str, Any]]:
         """The completed applications named in `names` and not in `before`, once there are
         as many as `names` (or FINISH_TIMEOUT_S passed: the caller asserts what it got). A

@@ -72,10 +72,10 @@ def conform(schema: StructType, as_of_ms: int) -> Transform:
         )
         # SQL text: one call to the JVM for the whole select (a Column per field costs
         # dozens of round trips: thousands over the audit's tables).
+        values = {f.name: f"`{f.name}`" for f in schema.fields} | {"as_of_ms": str(as_of_ms)}
         return df.selectExpr(
             *[
-                f"CAST({as_of_ms if f.name == 'as_of_ms' else f'`{f.name}`'}"
-                f" AS {f.dataType.simpleString()}) AS `{f.name}`"
+                f"CAST({values[f.name]} AS {f.dataType.simpleString()}) AS `{f.name}`"
                 for f in schema.fields
             ]
         )
