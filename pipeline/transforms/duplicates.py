@@ -78,7 +78,7 @@ def stored_twice(messages: DataFrame) -> DataFrame:
 
 
 def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
-    """(id, overlap) for each delivery made by another client than the one before it.
+    """(cluster, id, overlap) for each delivery made by another client than the one before it.
 
     The previous client still held the queue when the duplicate arrived if, on that queue,
     it was busy with a message at that moment (received before, finished after), or it took
@@ -125,7 +125,7 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
     )
     overlap = (F.col("busy_until") >= F.col("t")) | (F.col("next_receipt") <= F.col("d_last"))
     return marked.filter(F.col("probe").isNotNull()).select(
-        F.col("probe").alias("id"), F.coalesce(overlap, F.lit(False)).alias("overlap")
+        "cluster", F.col("probe").alias("id"), F.coalesce(overlap, F.lit(False)).alias("overlap")
     )
 
 
@@ -138,7 +138,9 @@ def explain_deliveries(log: DataFrame, receipts: DataFrame | None = None) -> Dat
     prev = {f"p_{c}": F.lag(c).over(order) for c in ("outcome", "client_id", "topic")}
     prev["p_position"] = F.lag(F.struct("broker", "topic", "queue_id", "queue_offset")).over(order)
     steps = log.withColumns({"seq": F.row_number().over(order), **prev})
-    steps = steps.join(_overlaps(steps, log if receipts is None else receipts), on="id", how="left")
+    # A ledger row is (cluster, id): each cluster's ledger numbers its rows from 1.
+    overlaps = _overlaps(steps, log if receipts is None else receipts)
+    steps = steps.join(overlaps, on=["cluster", "id"], how="left")
     position = F.struct("broker", "topic", "queue_id", "queue_offset")
     other_copy = (
         ~is_retry_topic(F.col("topic"))

@@ -20,6 +20,8 @@ from broker_runtime.common.topics import (
     is_dlq_topic,
     is_retry_topic,
 )
+from broker_runtime.offsets import offset_history
+from broker_runtime.offsets.consumer_offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
 from broker_runtime.workload import truth as T
 from broker_runtime.workload.journal import Delivery
 from broker_runtime.workload.truth_compare import Key
@@ -145,6 +147,7 @@ class RawCounts:
     stored_twice: set[str]
     in_dlq: set[tuple[str, str]]
     acked_not_stored: set[str]  # CONFIRMED stubs with an offset, in no commitlog
+    offsets_went_back: Counter[tuple[str, str, int]]  # (group, topic, by how many) per step back
 
 
 def _units(data_dir: Path, role: str) -> Iterable[Any]:
@@ -187,7 +190,31 @@ def raw_counts(data_dir: Path) -> RawCounts:
         stored_twice={k for (_, k), n in first_hand.items() if n > 1},
         in_dlq=dlq,
         acked_not_stored=confirmed - stored,
+        offsets_went_back=_offsets_went_back(data_dir),
     )
+
+
+def _offsets_went_back(data_dir: Path) -> Counter[tuple[str, str, int]]:
+    """Each time a group's committed offset of a queue went back between two snapshots of a
+    master (its config/offsetHistory, then consumerOffset.json now): (group, topic, by how
+    many messages)."""
+    out: Counter[tuple[str, str, int]] = Counter()
+    for store in sorted((data_dir / "brokers").glob("*/master")):
+        entries = [e for e in offset_history.read(store) if not isinstance(e, ValueError)]
+        series = [(e.timestamp, e.offsets) for e in entries]
+        now = store / "config" / "consumerOffset.json"
+        if now.exists():
+            series.append((now.stat().st_mtime_ns // 1_000_000, ConsumerOffsets(store).table()))
+        last: dict[tuple[str, int], int] = {}
+        for _, table in sorted(series, key=lambda s: s[0]):
+            for key, queues in table.items():
+                for qid, offset in queues.items():
+                    prev = last.get((key, qid))
+                    if prev is not None and offset < prev:
+                        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+                        out[(group, topic, prev - offset)] += 1
+                    last[(key, qid)] = offset
+    return out
 
 
 def describe(raw: RawCounts) -> str:

@@ -51,6 +51,8 @@ def run(namesrv: str) -> tuple[Rows, Rows, Rows]:
         "--fail", FAIL, "--max-reconsume", "1", "--expect", str(PLAIN + DELAYED - FAILING),
         "--expect-failed", str(2 * FAILING), "--idle-ms", "60000",
     )  # fmt: skip
+    errors = [r for r in plain + delayed if "error" in r]
+    assert not errors, errors  # every send acknowledged: the check below compares the stores
     return (
         [r for r in plain if "status" in r],
         [r for r in delayed if "status" in r],

@@ -15,6 +15,7 @@ under CI=true, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -29,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from broker_runtime.client.admin import MQAdmin
+from broker_runtime.remoting.protocol import RequestCode
 from tests.db_servers import stop_process
 
 INTEROP = Path(__file__).resolve().parent
@@ -290,9 +293,10 @@ def broker_settings(home: Path, namesrv: str, **overrides: str) -> dict[str, str
 
 def start_broker(home: Path, settings: dict[str, str], cp: str | None = None) -> JavaServer:
     """Apache RocketMQ's broker with `settings` (see `broker_settings`); ready once it has
-    said "boot success" and answers on its port. Starting again on the same settings reuses
-    its store (recovery after a crash or a clean stop). `cp`: another release's jars."""
-    return _start(
+    said "boot success", answers on its port and every name server of `namesrvAddr` lists it.
+    Starting again on the same settings reuses its store (recovery after a crash or a clean
+    stop). `cp`: another release's jars."""
+    server = _start(
         "org.apache.rocketmq.broker.BrokerStartup",
         home,
         settings,
@@ -300,6 +304,30 @@ def start_broker(home: Path, settings: dict[str, str], cp: str | None = None) ->
         "boot success",
         cp,
     )
+    try:
+        asyncio.run(_registered(settings, server.addr))
+    except BaseException:
+        server.kill()
+        raise
+    return server
+
+
+async def _registered(settings: dict[str, str], addr: str) -> None:
+    """Until each name server lists the broker at `addr`. The broker says "boot success" even
+    when its first registration timed out (RocketMQ 5 under load), and then registers again only
+    on its period: a client asking for a route in between gets "No route info" on every send."""
+    name, broker_id = settings["brokerName"], settings.get("brokerId", "0")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for ns in settings["namesrvAddr"].split(";"):
+        async with MQAdmin(ns) as admin:
+            while True:
+                info = await admin.api.namesrv_json(RequestCode.GET_BROKER_CLUSTER_INFO)
+                addrs = info.get("brokerAddrTable", {}).get(name, {}).get("brokerAddrs", {})
+                if {str(k): v for k, v in addrs.items()}.get(broker_id) == addr:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} at {addr} not registered with {ns}: {info}")
+                await asyncio.sleep(0.1)
 
 
 @contextlib.contextmanager

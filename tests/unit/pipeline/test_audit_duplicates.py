@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from broker_runtime.common import findings
+from broker_runtime.common.constants import DEFAULT_CLUSTER
 from broker_runtime.workload import truth
 from broker_runtime.workload.journal import Delivery
 from pipeline.transforms.duplicates import audit_duplicates, explain_deliveries
@@ -150,31 +151,41 @@ def test_each_extra_delivery_gets_its_cause(spark: SparkSession) -> None:
     )
 
 
+# audit_duplicates of _deliveries(): msg_id, group, kind, cause, count, consumed, clients.
+FOUND = [
+    ("R1", "g1", "retried_then_ok", "retry_after_failure", 2, 1, "c1"),
+    ("P1", "g1", "delivered_twice", "producer_resend", 2, 2, "c1"),
+    ("P1", "g1", "duplicate_effect", "producer_resend", 2, 2, "c1"),
+    ("P2", "g1", "delivered_twice", "producer_resend", 2, 1, "c1"),
+    ("O1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c1,c2"),
+    ("O1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c1,c2"),
+    ("H1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c5,c6"),
+    ("H1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c5,c6"),
+    ("C1", "g1", "delivered_twice", "redelivery_after_restart", 2, 1, "c1,c3"),
+    ("A1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c4"),
+    ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
+    ("B1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c7,c8"),
+    ("B1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c7,c8"),
+    ("E1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c10,c9"),
+    ("E1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c10,c9"),
+    ("F1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c11,c12"),
+    ("F1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c11,c12"),
+]
+COLUMNS = ["msg_id", "group", "kind", "cause", "count", "consumed", "clients"]
+
+
 def test_delivered_twice_and_duplicate_effects(spark: SparkSession) -> None:
     df = audit_duplicates(messages(spark, []), log(spark, _deliveries()), T0)
-    assert_rows(
-        df,
-        ["msg_id", "group", "kind", "cause", "count", "consumed", "clients"],
-        [
-            ("R1", "g1", "retried_then_ok", "retry_after_failure", 2, 1, "c1"),
-            ("P1", "g1", "delivered_twice", "producer_resend", 2, 2, "c1"),
-            ("P1", "g1", "duplicate_effect", "producer_resend", 2, 2, "c1"),
-            ("P2", "g1", "delivered_twice", "producer_resend", 2, 1, "c1"),
-            ("O1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c1,c2"),
-            ("O1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c1,c2"),
-            ("H1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c5,c6"),
-            ("H1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c5,c6"),
-            ("C1", "g1", "delivered_twice", "redelivery_after_restart", 2, 1, "c1,c3"),
-            ("A1", "g1", "delivered_twice", "offset_not_committed", 2, 2, "c4"),
-            ("A1", "g1", "duplicate_effect", "offset_not_committed", 2, 2, "c4"),
-            ("B1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c7,c8"),
-            ("B1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c7,c8"),
-            ("E1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c10,c9"),
-            ("E1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c10,c9"),
-            ("F1", "g1", "delivered_twice", "rebalance_overlap", 2, 2, "c11,c12"),
-            ("F1", "g1", "duplicate_effect", "rebalance_overlap", 2, 2, "c11,c12"),
-        ],
-    )
+    assert_rows(df, COLUMNS, FOUND)
+
+
+def test_clusters_whose_ledgers_number_rows_alike_stay_apart(spark: SparkSession) -> None:
+    """Each cluster's ledger numbers its rows from 1: the same ids, groups and messages in a
+    second cluster give each cluster the same rows, none counted twice."""
+    rows = _deliveries() + [r | {"cluster": "other"} for r in _deliveries()]
+    df = audit_duplicates(messages(spark, []), log(spark, rows), T0)
+    expected = [(c, *r) for c in (DEFAULT_CLUSTER, "other") for r in FOUND]
+    assert_rows(df, ["cluster", *COLUMNS], expected)
 
 
 def test_the_workload_truth_explains_deliveries_by_the_same_rules(spark: SparkSession) -> None:
