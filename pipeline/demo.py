@@ -2,8 +2,8 @@
 
 Starts a cluster under OUT, runs the fault workload (every scenario) and, where RabbitMQ is
 installed, RabbitMQ's fault scenarios on a node of its own (pipeline.demo_rabbit; audited by
-the same DAGs into the same lake), then the DAGs through
-Airflow (`airflow dags test` on a SQLite metadata database under OUT/airflow): mq_audit,
+the same DAGs into the same lake), then the DAGs through Airflow (what `airflow dags test`
+runs, all in one process: pipeline.demo_dags; a SQLite database under OUT/airflow): mq_audit,
 mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, then mq_audit again to
 show what the remedies repaired (the summary's repair loop: found -> acted on -> found after);
 prints a short summary (also OUT/summary.json) and where the reports are, and stops the
@@ -16,7 +16,8 @@ cluster.
 
     OUT/cluster  the cluster's data dir (brokers, name servers, ledgers)
     OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
-    OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step
+    OUT/airflow  AIRFLOW_HOME          OUT/logs     one log per step (the DAG worker's own:
+                                                    airflow-dags.log)
     OUT/rabbitmq the RabbitMQ node's files   OUT/rabbit-truth.json  its workload's truth
 """
 
@@ -34,11 +35,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
+from pipeline.demo_dags import DagWorker
 from pipeline.demo_rabbit import (
     RabbitFailed,
     RabbitSide,
@@ -56,6 +58,8 @@ from pipeline.demo_summary import (
     pick_replay_group,
 )
 
+T = TypeVar("T")
+REPLAY = "mq_dlq_replay"
 DEFAULT_OUT = Path("demo-out")
 DEFAULT_MESSAGES = 2000
 OFFSET_HISTORY_MS = 1000
@@ -67,7 +71,7 @@ SMALL_DATA_SPARK = {
     "spark.sql.codegen.wholeStage": "false",
 }
 _SHOWN = re.compile(r"^(ingest|audit|gate|replay|resend|dead-letter report|audit report): ")
-_TASK = re.compile(r"\[DAG TEST\] (starting|end) task task_id=(\w+)")
+_TASK = re.compile(r"\[DAG TEST\] (starting|end) task(?:_id=| task_id=)(\w+)")
 
 
 class DemoError(RuntimeError):
@@ -155,41 +159,37 @@ class Demo:
         """Every step; the summary (also OUT/summary.json)."""
         self.prepare()
         why_not = unavailable_reason(skip=not self.rabbitmq)
-        migrate: subprocess.Popen[bytes] | None = None
         first_audit: dict[str, Any] | None = None
+        # Every DAG run in one worker process (pipeline.demo_dags); it migrates Airflow's
+        # database and parses the DAGs while the cluster and the workload run.
+        dags = DagWorker(self.airflow_env(), self.logs / "airflow-dags.log")
         try:
-            migrate = self.start_migrate()
             self.step("cluster up", self.cluster_up)
             self.start_rabbit(why_not)
             workload = self.step("workload", self.workload)
-            self.step("airflow db", lambda: self.wait_migrate(migrate))
+            self.step("airflow db", lambda: self.wait_dags(dags))
             if self.rabbit is not None:
                 self.step("rabbitmq workload (waited for)", self.rabbit.wait)
                 self.timings["rabbitmq node and workload (background)"] = self.rabbit.seconds
-            self.step("mq_audit", lambda: self.dag_test("mq_audit"))
-            self.step("mq_retry_resend", lambda: self.dag_test("mq_retry_resend"))
-            self.step("mq_dlq_report", lambda: self.dag_test("mq_dlq_report"))
+            self.step("mq_audit", lambda: self.dag_test(dags, "mq_audit"))
+            self.step("mq_retry_resend", lambda: self.dag_test(dags, "mq_retry_resend"))
+            self.step("mq_dlq_report", lambda: self.dag_test(dags, "mq_dlq_report"))
             group = pick_replay_group(self.reports, self.truth)
             if group is None:
                 self.say("   no dead letters: nothing to replay")
             else:
                 conf = {"group": group, "from_time": 0, "max_messages": 1000}
                 conf["messages_per_second"] = 200
-                dry = {**conf, "dry_run": True}
-                self.step("mq_dlq_replay (dry run)", lambda: self.dag_test("mq_dlq_replay", dry))
-                real = {**conf, "dry_run": False}
-                self.step("mq_dlq_replay", lambda: self.dag_test("mq_dlq_replay", real))
+                dry, real = {**conf, "dry_run": True}, {**conf, "dry_run": False}
+                self.step("mq_dlq_replay (dry run)", lambda: self.dag_test(dags, REPLAY, dry))
+                self.step("mq_dlq_replay", lambda: self.dag_test(dags, REPLAY, real))
             self.step("loss repair", self.repair_losses)
             # The audit the remedies acted on; the next one shows what they repaired.
             first_audit = latest(self.reports, "mq_audit")
-            self.step(
-                "mq_audit (after the remedies)",
-                lambda: self.dag_test("mq_audit", label="mq_audit-after"),
-            )
+            after = "mq_audit (after the remedies)"
+            self.step(after, lambda: self.dag_test(dags, "mq_audit", label="mq_audit-after"))
         finally:
-            if migrate is not None and migrate.poll() is None:
-                migrate.kill()
-                migrate.wait()
+            dags.stop()
             if self.rabbit is not None:
                 self.step("rabbitmq down", self.rabbit.stop)
             self.step("cluster down", self.cluster_down)
@@ -307,32 +307,28 @@ class Demo:
         env.pop("AIRFLOW_CONN_MQAUDIT_BROKER", None)
         return env
 
-    def start_migrate(self) -> subprocess.Popen[bytes]:
-        """`airflow db migrate` in the background: it runs while the cluster and workload do."""
-        argv = [sys.executable, "-m", "airflow", "db", "migrate"]
-        with open(self.logs / "airflow-db-migrate.log", "wb") as log:  # the child keeps its copy
-            return subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=self.airflow_env()
-            )
-
-    def wait_migrate(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.wait() != 0:
-            log = self.logs / "airflow-db-migrate.log"
-            raise DemoError(
-                f"airflow db migrate failed (exit {proc.returncode}); see {log}:\n{tail(log)}"
-            )
+    def wait_dags(self, dags: DagWorker) -> None:
+        """Until the DAG worker has migrated Airflow's database and parsed the DAGs."""
+        answer = self.follow("airflow db", dags.log, lambda: dags.answer(dags.ready))
+        if answer.get("state") != "ready":
+            raise DemoError(f"the DAG worker failed ({answer}); see {dags.log}:\n{tail(dags.log)}")
 
     def dag_test(
-        self, dag_id: str, conf: dict[str, Any] | None = None, label: str | None = None
+        self,
+        dags: DagWorker,
+        dag_id: str,
+        conf: dict[str, Any] | None = None,
+        label: str | None = None,
     ) -> None:
+        """A DAG run as `airflow dags test` makes it, in the demo's DAG worker."""
         # Whole seconds, rounded up: the run's interval ends after everything sent so far.
         when = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).replace(microsecond=0)
-        when_iso = when.isoformat()
-        argv = [sys.executable, "-m", "airflow", "dags", "test", dag_id, when_iso]
-        if conf is not None:
-            argv += ["-c", json.dumps(conf)]
-        name = dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run"
-        self.run_logged(label or name, argv, env=self.airflow_env())
+        name = label or (dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run")
+        log = self.logs / f"{name}.log"
+        done = dags.submit(dag_id, when, conf, self.airflow_env(), log)
+        answer = self.follow(name, log, lambda: dags.answer(done))
+        if answer.get("state") != "success":
+            raise DemoError(f"{name} failed ({answer}); log {log}:\n{tail(log)}")
 
     # -- processes --------------------------------------------------------------------------
     def run_logged(
@@ -352,17 +348,22 @@ class Demo:
             log = files.enter_context(open(log_path, "wb"))
             out = files.enter_context(open(out_path, "wb")) if stdout else log
             proc = subprocess.Popen(argv, stdout=out, stderr=log, env=env)
+        code = self.follow(name, log_path, proc.poll, show_all)
+        if code != 0:
+            raise DemoError(f"{name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
+        return out_path.read_text(errors="replace") if stdout else ""
+
+    def follow(self, name: str, log: Path, ended: Callable[[], T | None], all: bool = False) -> T:
+        """Show `log`'s progress lines until `ended()` gives a result; that result."""
         seen, last_beat = 0, time.monotonic()
-        while (code := proc.poll()) is None:
-            seen = self._show(log_path, seen, show_all)
+        while (result := ended()) is None:
+            seen = self._show(log, seen, all)
             if time.monotonic() - last_beat >= 20:
                 last_beat = time.monotonic()
                 self.say(f"   {name}: still running")
             time.sleep(0.5)
-        self._show(log_path, seen, show_all)
-        if code != 0:
-            raise DemoError(f"{name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
-        return out_path.read_text(errors="replace") if stdout else ""
+        self._show(log, seen, all)
+        return result
 
     def _show(self, path: Path, start: int, show_all: bool) -> int:
         """Print the new complete lines of `path` worth showing; the offset read up to."""

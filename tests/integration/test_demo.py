@@ -1,5 +1,5 @@
 """`mqaudit demo` end to end, as a person runs it: a cluster, the fault workload (every
-scenario), RabbitMQ's node and workload, every DAG through `airflow dags test`, the
+scenario), RabbitMQ's node and workload, every DAG run as `airflow dags test` makes it, the
 workload's own clusters audited in the same lake, the summary and the lake's findings
 (message by message)
 held against the workload's ground truth (RabbitMQ's against its own), and every cluster and
@@ -118,6 +118,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     steps |= {"rabbitmq workload (waited for)", "rabbitmq down"}
     assert steps <= set(summary["seconds"])
     assert _running_in(out / "cluster") == []  # its own cluster and the workload's others
+    assert _running_in(out / "logs") == []  # the DAG worker (its ready file is in logs)
 
     # RabbitMQ: its node's workload, audited by the same mq_audit into the same lake, every
     # finding of its truth found (kind, cause, queue, message) and nothing else; node stopped.

@@ -1,0 +1,163 @@
+"""The demo's DAG runs, all in one process: `python -m pipeline.demo_dags READY`, started once
+per demo with the demo's Airflow environment.
+
+`airflow dags test DAG DATE` starts Python, imports Airflow, starts the in-process task API,
+sets up Great Expectations and a Spark JVM for each run, and each run's queries start cold.
+This worker runs the demo's DAGs with `dag.test()` (what `airflow dags test` calls), one after
+another in one process, so that those are paid once.
+
+It starts with `airflow db migrate` and parsing the DAGs (while the demo's cluster and workload
+run), then writes {"state": "ready"} (or "error") to READY. A request is then one JSON object
+per line on stdin: {"dag_id", "logical_date" (ISO 8601), "conf" (an object or null),
+"variables" (the run's AIRFLOW_VAR_* settings: they replace the worker's), "log" (the file the
+run's output goes to), "done" (the file its answer goes to)}. The answer, {"state": the DAG
+run's state, "failed_tasks": [...]} or {"state": "error", "error": ...}, is written to "done"
+when the run ends. Answers are renamed into place: a reader never sees half of one. The worker
+ends at the end of stdin. The Spark JVM (and the Python workers it starts) write to the log of
+the run that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+VARIABLE_PREFIX = "AIRFLOW_VAR_"
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """This process's stdout and stderr (file descriptors 1 and 2) into `log` for a block."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def _write(path: Path, answer: dict[str, Any]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(answer))
+    partial.replace(path)
+
+
+def run_one(bag: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """One DAG run as `airflow dags test` makes it, with the request's Variables; the answer."""
+    for key in [k for k in os.environ if k.startswith(VARIABLE_PREFIX)]:
+        del os.environ[key]
+    os.environ.update(request.get("variables") or {})
+    dag = bag.dags.get(request["dag_id"])
+    if dag is None:
+        return {"state": "error", "error": f"no DAG {request['dag_id']!r}: {bag.import_errors}"}
+    try:
+        run = dag.test(
+            logical_date=dt.datetime.fromisoformat(request["logical_date"]),
+            run_conf=request.get("conf"),
+        )
+    except Exception as e:  # the run's own failure is in its log; the demo names it
+        traceback.print_exc()
+        return {"state": "error", "error": f"{type(e).__name__}: {e}"}
+    failed = sorted(ti.task_id for ti in run.get_task_instances() if ti.state != "success")
+    return {"state": str(run.state), "failed_tasks": failed}
+
+
+class DagWorker:
+    """The demo's side: the worker process (its own output in `log`), one request per run."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.ready = log.with_suffix(".ready.json")
+        self.ready.unlink(missing_ok=True)
+        with open(log, "ab") as out:  # the child keeps its copy
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.demo_dags", str(self.ready)],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                text=True,
+            )
+
+    def submit(
+        self,
+        dag_id: str,
+        when: dt.datetime,
+        conf: dict[str, Any] | None,
+        env: dict[str, str],
+        log: Path,
+    ) -> Path:
+        """Ask for a run with the Variables of `env`; the file its answer will be in."""
+        done = log.with_suffix(".done.json")
+        done.unlink(missing_ok=True)
+        variables = {k: v for k, v in env.items() if k.startswith(VARIABLE_PREFIX)}
+        request = {"dag_id": dag_id, "logical_date": when.isoformat(), "conf": conf}
+        request["variables"] = variables
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({**request, "log": str(log), "done": str(done)}) + "\n")
+        self.proc.stdin.flush()
+        return done
+
+    def answer(self, done: Path) -> dict[str, Any] | None:
+        """The run's answer once there is one (an error when the worker died first)."""
+        if done.exists():
+            answer: dict[str, Any] = json.loads(done.read_text())
+            return answer
+        if self.proc.poll() is not None and not done.exists():
+            code = self.proc.returncode
+            return {"state": "error", "error": f"the DAG worker exited {code}; see {self.log}"}
+        return None
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """End of requests: the worker ends (killed after `timeout_s`)."""
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def main(ready: Path) -> int:
+    migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=False)
+    if migrate.returncode != 0:
+        _write(
+            ready, {"state": "error", "error": f"airflow db migrate exited {migrate.returncode}"}
+        )
+        return 1
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    _write(ready, {"state": "ready", "dags": sorted(bag.dags)})
+    for line in sys.stdin:
+        if line.strip():
+            request = json.loads(line)
+            with _output_to(Path(request["log"])):
+                answer = run_one(bag, request)
+            _write(Path(request["done"]), answer)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m pipeline.demo_dags READY_FILE (requests on stdin)")
+    sys.exit(main(Path(sys.argv[1])))
