@@ -17,6 +17,7 @@ import pytest
 from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.cluster.status import status as cluster_status
+from broker_runtime.common.progress import show_progress
 from tests.integration.cluster_fixtures import Cluster, kill_leftovers, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -41,6 +42,9 @@ def _up_and_check(data_dir: Path, other: Cluster, capsys: pytest.CaptureFixture[
     settings = supervisor.ClusterSettings(
         data_dir, name_servers=1, groups=("broker-a",), slaves=False, timeout_s=30.0
     )
+    # What `mqaudit cluster up` does first: progress on stderr. The level is per process, and
+    # an earlier test in this one may have run a command with --quiet.
+    show_progress()
     try:
         layout = supervisor.up(settings)
         taken = {p for n in other.layout.nodes for p in (n.port, n.ha_port) if p}
