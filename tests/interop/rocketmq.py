@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from broker_runtime.client.admin import MQAdmin
+from broker_runtime.client.model import MQClientError
 from broker_runtime.remoting.protocol import RequestCode
 from tests.db_servers import stop_process
 
@@ -321,7 +322,10 @@ async def _registered(settings: dict[str, str], addr: str) -> None:
     for ns in settings["namesrvAddr"].split(";"):
         async with MQAdmin(ns) as admin:
             while True:
-                info = await admin.api.namesrv_json(RequestCode.GET_BROKER_CLUSTER_INFO)
+                try:  # a name server slow to answer under load is asked again
+                    info = await admin.api.namesrv_json(RequestCode.GET_BROKER_CLUSTER_INFO)
+                except MQClientError as e:
+                    info = {"error": str(e)}
                 addrs = info.get("brokerAddrTable", {}).get(name, {}).get("brokerAddrs", {})
                 if {str(k): v for k, v in addrs.items()}.get(broker_id) == addr:
                     break
