@@ -353,16 +353,16 @@ class Demo:
             raise DemoError(f"{name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
         return out_path.read_text(errors="replace") if stdout else ""
 
-    def follow(self, name: str, log: Path, ended: Callable[[], T | None], all: bool = False) -> T:
-        """Show `log`'s progress lines until `ended()` gives a result; that result."""
+    def follow(self, name: str, log: Path, ended: Callable[[], T | None], every: bool = False) -> T:
+        """Show `log`'s progress lines (`every` line) until `ended()` gives a result: it."""
         seen, last_beat = 0, time.monotonic()
         while (result := ended()) is None:
-            seen = self._show(log, seen, all)
+            seen = self._show(log, seen, every)
             if time.monotonic() - last_beat >= 20:
                 last_beat = time.monotonic()
                 self.say(f"   {name}: still running")
             time.sleep(0.5)
-        self._show(log, seen, all)
+        self._show(log, seen, every)
         return result
 
     def _show(self, path: Path, start: int, show_all: bool) -> int:

@@ -107,20 +107,26 @@ class DagWorker:
         """Ask for a run with the Variables of `env`; the file its answer will be in."""
         done = log.with_suffix(".done.json")
         done.unlink(missing_ok=True)
-        variables = {k: v for k, v in env.items() if k.startswith(VARIABLE_PREFIX)}
-        request = {"dag_id": dag_id, "logical_date": when.isoformat(), "conf": conf}
-        request["variables"] = variables
+        request = {
+            "dag_id": dag_id,
+            "logical_date": when.isoformat(),
+            "conf": conf,
+            "variables": {k: v for k, v in env.items() if k.startswith(VARIABLE_PREFIX)},
+            "log": str(log),
+            "done": str(done),
+        }
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({**request, "log": str(log), "done": str(done)}) + "\n")
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         return done
 
     def answer(self, done: Path) -> dict[str, Any] | None:
         """The run's answer once there is one (an error when the worker died first)."""
+        exited = self.proc.poll() is not None  # before looking: an answer written, then exit
         if done.exists():
             answer: dict[str, Any] = json.loads(done.read_text())
             return answer
-        if self.proc.poll() is not None and not done.exists():
+        if exited:
             code = self.proc.returncode
             return {"state": "error", "error": f"the DAG worker exited {code}; see {self.log}"}
         return None
