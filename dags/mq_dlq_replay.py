@@ -28,7 +28,7 @@ GROUP = r"^[%|a-zA-Z0-9_.:-]{1,255}$"
 def _target(s: Any, request: Any) -> Any:
     """Where the replay sends; ValueError when the settings do not say."""
     if request.system != "rabbitmq":
-        return s.target()
+        return s.for_cluster(request.cluster).target()
     target = s.rabbit_target()
     if target is None:
         raise ValueError("a RabbitMQ replay needs the Variable mqaudit_rabbit_url")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,24 @@ class Settings:
             )
         return BrokerTarget(self.namesrv, self.access_key, self.secret_key)
 
+    def for_cluster(self, cluster: str | None) -> Settings:
+        """These settings with `cluster`'s data dir as the data dir: a remedy acts on one of
+        the clusters mq_audit audits (mqaudit_data_dir's, None for it, or one of
+        mqaudit_data_dirs'; each dir's cluster.json names it). Another dir's name servers
+        are its cluster.json's (mqaudit_namesrv and the Connection are mqaudit_data_dir's).
+        ValueError naming the known clusters if none is `cluster`."""
+        from pipeline.readers.layout import cluster_of
+
+        known = {cluster_of(d): d for d in reversed((self.data_dir, *self.more_data_dirs))}
+        if not cluster or known.get(cluster) == self.data_dir:
+            return self
+        if cluster not in known:
+            raise ValueError(
+                f"no cluster {cluster!r} in mqaudit_data_dir(s); known: {sorted(known)}"
+            )
+        data_dir = known[cluster]
+        return replace(self, data_dir=data_dir, namesrv=_namesrv_of(data_dir))
+
     def rabbit_target(self) -> Any:
         """The RabbitTarget of the remediation jobs (None without mqaudit_rabbit_url)."""
         from pipeline.remediation.rabbit_sender import RabbitTarget
@@ -163,6 +181,7 @@ class Settings:
 
 
 def _namesrv(data_dir: Path, conn: Any | None) -> str | None:
+    """The Variable mqaudit_namesrv, else the Connection's, else DIR/cluster.json's."""
     explicit = variable("mqaudit_namesrv")
     if explicit:
         return explicit
@@ -172,6 +191,10 @@ def _namesrv(data_dir: Path, conn: Any | None) -> str | None:
             return str(extra["namesrv"])
         if conn.host:
             return f"{conn.host}:{conn.port or 9876}"
+    return _namesrv_of(data_dir)
+
+
+def _namesrv_of(data_dir: Path) -> str | None:
     from broker_runtime.cluster.layout import namesrv_of_data_dir
 
     try:

@@ -49,7 +49,6 @@ from pipeline.demo_rabbit import (
     unavailable_reason,
 )
 from pipeline.demo_summary import (
-    REPAIR_SUMMARY,
     build_summary,
     format_summary,
     latest,
@@ -183,7 +182,7 @@ class Demo:
                 dry, real = {**conf, "dry_run": True}, {**conf, "dry_run": False}
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test(dags, REPLAY, dry))
                 self.step("mq_dlq_replay", lambda: self.dag_test(dags, REPLAY, real))
-            self.step("loss repair", self.repair_losses)
+            self.step("loss repair", lambda: self.repair_losses(dags))
             # The audit the remedies acted on; the next one shows what they repaired.
             first_audit = latest(self.reports, "mq_audit")
             after = "mq_audit (after the remedies)"
@@ -254,11 +253,11 @@ class Demo:
         )  # fmt: skip
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
 
-    def repair_losses(self) -> None:
+    def repair_losses(self, dags: DagWorker) -> None:
         """The lost_after_ack losses of the workload's master-crash cluster, sent again from
-        its producer ledger's kept bodies (`mqaudit pipeline repair`, on the lake's rows of
-        that cluster): its nodes start again for it and stop after. The next mq_audit
-        verifies what came back. REPORTS/loss_repair.json gets the repair's summary."""
+        its producer ledger's kept bodies (mq_loss_repair with that `cluster`, on the lake's
+        rows of it): its nodes start again for it and stop after. The next mq_audit
+        verifies what came back."""
         root = self.data_dir / "scenarios" / LOSSY_CLUSTER
         if not (root / "cluster.json").exists():
             self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
@@ -268,14 +267,8 @@ class Demo:
             for node in layout.nodes:  # name servers first
                 supervisor.start_node(layout, node, None, 120.0)
             supervisor.wait_ready(layout, 120.0)  # every broker on the name servers
-            argv = [
-                sys.executable, "-m", "pipeline.cli", "repair", "--lake", str(self.lake),
-                "--data-dir", str(root), "--no-dry-run", "--max-messages", "10000",
-                "--rate", "500", "--quiet",
-            ]  # fmt: skip
-            done = json.loads(self.run_logged("loss-repair", argv, stdout=True))
-            summary = {"cluster": LOSSY_CLUSTER, **done}
-            (self.reports / REPAIR_SUMMARY).write_text(json.dumps(summary, indent=2))
+            conf = {"cluster": LOSSY_CLUSTER, "dry_run": False, "max_messages": 10000}
+            self.dag_test(dags, "mq_loss_repair", {**conf, "messages_per_second": 500})
         finally:
             supervisor.down(ClusterLayout.load(root), 10.0)
 

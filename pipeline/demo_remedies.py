@@ -5,7 +5,7 @@ DAG runs' summaries).
 A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
 it acted on no more: resend_due by mq_retry_resend (the stubs confirmed at their new
 offsets), dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
-lost_after_ack by `pipeline repair` on the master-crash cluster (sent again from the
+lost_after_ack by mq_loss_repair on the master-crash cluster (sent again from the
 producer's kept bodies, the stubs confirmed at the new positions). The other kinds have no
 remedy the demo can run, and `NO_REMEDY` says why for each.
 """
@@ -98,7 +98,7 @@ def remediation(
     if repair:
         lossy = repair.get("cluster")
         loops[LOST_AFTER_ACK] = _loop(
-            f"pipeline repair of cluster {lossy}",
+            f"mq_loss_repair of cluster {lossy}",
             _lost(_counts(first, lossy)),
             int(repair.get("send", {}).get("sent") or 0),
             _lost(_counts(after, lossy)),

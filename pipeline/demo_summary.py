@@ -46,9 +46,6 @@ COMPARED_KINDS = (
 )
 
 
-REPAIR_SUMMARY = "loss_repair.json"  # under REPORTS: the demo's `pipeline repair` run
-
-
 def load_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
@@ -175,7 +172,7 @@ def build_summary(
     audited = _audited(system_summary(found, ROCKETMQ))  # RabbitMQ: its own block
     clusters = found.get("clusters", {})
     resend = latest(reports, "mq_retry_resend")
-    repair = load_json(reports / REPAIR_SUMMARY)
+    repair = latest(reports, "mq_loss_repair")
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
     truth = load_json(truth_path)

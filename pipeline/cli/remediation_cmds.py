@@ -93,6 +93,7 @@ def add_remediation_parsers(cmds: argparse._SubParsersAction[argparse.ArgumentPa
     repair.add_argument("--data-dir", type=Path, required=True, help="cluster data dir (ledgers)")
     repair.add_argument("--ledger-url", default=None, help="PostgreSQL URL of both ledgers")
     repair.add_argument("--namesrv", default=None, help="default: DIR/cluster.json's")
+    repair.add_argument("--cluster", default=None, help="DIR's cluster (default: cluster.json's)")
     repair.add_argument("--access-key", default=None)
     repair.add_argument("--secret-key", default=None)
     _add_sends(repair, "repair")

@@ -203,12 +203,7 @@ def parse_request(params: Mapping[str, object]) -> ReplayRequest:
             "dead-letter queue must be asked for explicitly (e.g. from_time=0)"
         )
     max_messages, rate = _limits(p, problems)
-    cluster = None
-    if p["cluster"] is not None:
-        try:
-            cluster = validate_group(p["cluster"])
-        except ValueError as e:
-            problems.append(f"cluster: {e}")
+    cluster = _cluster(p, problems)
     if problems:
         raise ReplayParamError(problems)
     return ReplayRequest(
@@ -256,9 +251,21 @@ def _limits(p: Mapping[str, object], problems: list[str]) -> tuple[int, float]:
     return int(max_messages), float(rate)
 
 
+def _cluster(p: Mapping[str, object], problems: list[str]) -> str | None:
+    """The `cluster` parameter: None, or a legal cluster name."""
+    if p["cluster"] is None:
+        return None
+    try:
+        return validate_group(p["cluster"])
+    except ValueError as e:
+        problems.append(f"cluster: {e}")
+        return None
+
+
 # Param name -> default; the repair DAG declares the same names.
 REPAIR_DEFAULTS: dict[str, Any] = {
-    k: DEFAULTS[k] for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force")
+    k: DEFAULTS[k]
+    for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force", "cluster")
 }
 
 
@@ -296,6 +303,7 @@ def parse_repair_request(params: Mapping[str, object]) -> RepairRequest:
     p = _with_defaults(params, REPAIR_DEFAULTS, problems)
     msg_ids = _msg_ids(p["msg_ids"], problems)
     max_messages, rate = _limits(p, problems)
+    cluster = _cluster(p, problems)
     if problems:
         raise ReplayParamError(problems, "repair")
-    return RepairRequest(msg_ids, max_messages, rate, bool(p["dry_run"]), bool(p["force"]))
+    return RepairRequest(msg_ids, max_messages, rate, bool(p["dry_run"]), bool(p["force"]), cluster)

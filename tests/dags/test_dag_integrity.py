@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def test_replay_params_are_typed_with_safe_defaults(dagbag: Any) -> None:
     repair = dagbag.dags["mq_loss_repair"].params
     assert {k: repair.get_param(k).schema["type"] for k in repair} == {
         k: REPLAY_PARAMS[k]
-        for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force")
+        for k in ("msg_ids", "max_messages", "messages_per_second", "dry_run", "force", "cluster")
     }
     assert repair["dry_run"] is True and repair["force"] is False
 
@@ -149,3 +150,27 @@ def test_the_audit_interval_is_a_parse_time_variable(
     assert "mq_audit" not in bag.dags
     (error,) = bag.import_errors.values()
     assert "mqaudit_audit_every_minutes must divide 60, got '7'" in error
+
+
+def test_a_remedy_acts_on_the_cluster_it_names(tmp_path: Path) -> None:
+    """mq_loss_repair and mq_dlq_replay's `cluster`: that cluster's data dir and name servers
+    (its cluster.json's), among the clusters mq_audit audits; another name is refused."""
+    from broker_runtime.cluster.layout import ClusterLayout, NodeSpec
+    from dags.settings import Settings
+
+    def cluster(name: str, port: int) -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        node = NodeSpec("ns", "namesrv", "127.0.0.1", port, str(root), "ns.log", [])
+        ClusterLayout(str(root), cluster_name=name, nodes=[node]).save()
+        return root
+
+    main, crash = cluster("main", 19876), cluster("crash", 29876)
+    s = Settings(main, tmp_path / "lake", tmp_path / "r", "10.0.0.1:9876", None, "local[2]", 16)
+    s = replace(s, more_data_dirs=(crash,))
+    assert s.for_cluster(None) == s and s.for_cluster("main") == s  # the Variable's namesrv
+    other = s.for_cluster("crash")
+    assert (other.data_dir, other.namesrv) == (crash, "127.0.0.1:29876")
+    assert (other.lake, other.more_data_dirs) == (s.lake, s.more_data_dirs)
+    with pytest.raises(ValueError, match=r"no cluster 'elsewhere'.*known: \['crash', 'main'\]"):
+        s.for_cluster("elsewhere")

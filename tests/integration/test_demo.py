@@ -83,7 +83,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     }  # fmt: skip
     assert loops["dead_lettered"]["closed"] and loops["dead_lettered"]["acted"] > 0, loops
     assert loops["lost_after_ack"] == {
-        "remedy": f"pipeline repair of cluster {lossy}", "found": len(repaired),
+        "remedy": f"mq_loss_repair of cluster {lossy}", "found": len(repaired),
         "acted": len(repaired), "left": 0, "closed": True,
     }  # fmt: skip
     assert "repair loop" in done.stdout

@@ -11,7 +11,6 @@ import pytest
 
 from broker_runtime.common.findings import COUNTS
 from pipeline.demo_summary import (
-    REPAIR_SUMMARY,
     build_summary,
     format_summary,
     other_clusters,
@@ -137,7 +136,9 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     _write(reports / "mq_retry_resend" / "latest.json", {"summary": str(resend)})
     replay = {"request": {"group": "g", "dry_run": False}, "by_status": {"sent": 2}}
     _write(reports / "mq_dlq_replay" / "r1" / "summary.json", replay)
-    _write(reports / REPAIR_SUMMARY, {"cluster": "crash", "send": {"sent": 2, "failed": 0}})
+    repair = {"cluster": "crash", "send": {"sent": 2, "failed": 0}}
+    done = _write(reports / "mq_loss_repair" / "r1" / "summary.json", repair)
+    _write(reports / "mq_loss_repair" / "latest.json", {"summary": str(done)})
     s = build_summary(reports, truth, None, {}, tmp_path, first)
     loops = s["remediation"]["loops"]
     assert loops["resend_due"] == {
@@ -150,7 +151,7 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     text = format_summary(s)
     assert "resend_due" in text and "(mq_retry_resend; closed)" in text
     assert loops["lost_after_ack"] == {
-        "remedy": "pipeline repair of cluster crash", "found": 2, "acted": 2, "left": 0,
+        "remedy": "mq_loss_repair of cluster crash", "found": 2, "acted": 2, "left": 0,
         "closed": True,
     }  # fmt: skip
     assert "lost_after_ack" not in s["remediation"]["no_remedy"]

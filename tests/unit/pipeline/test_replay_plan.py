@@ -278,12 +278,17 @@ def test_pacer_spaces_calls() -> None:
 def test_a_repair_request_is_a_dry_run_by_default_and_says_what_is_wrong() -> None:
     r = parse_repair_request({"msg_ids": "L1, L2"})
     assert (r.msg_ids, r.dry_run, r.force, r.max_messages) == (("L1", "L2"), True, False, 100)
+    assert r.cluster is None  # the data dir's cluster
     assert RepairRequest.from_dict(r.to_dict()) == r
+    assert parse_repair_request({"cluster": "crash_async"}).cluster == "crash_async"
     with pytest.raises(ReplayParamError) as e:
-        parse_repair_request({"group": G, "messages_per_second": 0, "force": "yes"})
+        parse_repair_request(
+            {"group": G, "messages_per_second": 0, "force": "yes", "cluster": "no such!"}
+        )
     text = str(e.value)
     assert "unknown parameter(s) ['group']" in text
     assert "messages_per_second" in text and "force: true or false" in text
+    assert "cluster: " in text
 
 
 def test_a_repair_plan_skips_the_unrepairable_and_what_some_repair_sent() -> None:
