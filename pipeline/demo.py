@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -187,11 +188,14 @@ class Demo:
             first_audit = latest(self.reports, "mq_audit")
             after = "mq_audit (after the remedies)"
             self.step(after, lambda: self.dag_test(dags, "mq_audit", label="mq_audit-after"))
-        finally:
-            dags.stop()
-            if self.rabbit is not None:
-                self.step("rabbitmq down", self.rabbit.stop)
-            self.step("cluster down", self.cluster_down)
+        finally:  # each waits on its own processes: all three at once
+            with ThreadPoolExecutor(2) as pool:
+                stopping = [pool.submit(dags.stop)]
+                if self.rabbit is not None:
+                    stopping.append(pool.submit(self.step, "rabbitmq down", self.rabbit.stop))
+                self.step("cluster down", self.cluster_down)
+            for stopped in stopping:
+                stopped.result()
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(

@@ -1,5 +1,6 @@
 """The demo's DAG worker (pipeline/demo_dags.py), a real process on a temporary Airflow home:
-it migrates the database, then runs one DAG run per request in that one process, each with
+it migrates the database and warms up (the Spark session of the Variables, Great Expectations'
+context), then runs one DAG run per request in that one process, each with
 the request's Variables and conf and its output in the request's log; a failed task is a
 failed answer, an unknown DAG an error, and the worker ends at the end of its input."""
 
@@ -35,8 +36,14 @@ with DAG("probe", start_date=dt.datetime(2024, 1, 1), schedule=None):
         print("probe says", conf.get("word"))
         if conf.get("fail"):
             raise RuntimeError("asked to fail")
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        running = SparkContext._active_spark_context  # the worker's warm-up started it
+        partitions = SparkSession.builder.getOrCreate().conf.get("spark.sql.shuffle.partitions")
         out = Path(Variable.get("probe_out"))
-        out.write_text(json.dumps({"pid": os.getpid(), "conf": conf}))
+        spark = {"running": running is not None, "partitions": partitions}
+        out.write_text(json.dumps({"pid": os.getpid(), "conf": conf, "spark": spark}))
 
     write()
 '''
@@ -62,6 +69,8 @@ def test_the_worker_runs_each_request_in_one_process(tmp_path: Path) -> None:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
     }
+    env["AIRFLOW_VAR_MQAUDIT_SPARK_CONF"] = '{"spark.sql.shuffle.partitions": "3"}'
+    env["AIRFLOW_VAR_MQAUDIT_REPORTS"] = str(tmp_path / "reports")
     worker = DagWorker({**env, "AIRFLOW_VAR_PROBE_OUT": "/nonexistent/at-start"}, logs / "w.log")
     try:
         assert _wait(lambda: worker.answer(worker.ready)) == {"state": "ready", "dags": ["probe"]}
@@ -78,9 +87,13 @@ def test_the_worker_runs_each_request_in_one_process(tmp_path: Path) -> None:
             assert answer == {"state": "success", "failed_tasks": []}, log.read_text()[-3000:]
             written = json.loads(out.read_text())
             assert written["conf"] == {"word": f"w{i}"}
+            # The Spark session of the Variables was there before the first run.
+            assert written["spark"] == {"running": True, "partitions": "3"}
             assert f"probe says w{i}" in log.read_text()
             pids.append(written["pid"])
         assert pids[0] == pids[1] == worker.proc.pid  # every run in the worker itself
+        assert "warmed up, " in (logs / "w.log").read_text()
+        assert (tmp_path / "reports" / "data-docs" / "gx").is_dir()  # GX's context, made once
 
         failing = worker.submit(
             "probe", when + dt.timedelta(hours=5), {"fail": True},
