@@ -175,8 +175,11 @@ def current_files(
 
 
 def read_arrow(path: str, schema: StructType) -> pa.Table:
-    """A (small) table's current rows with `schema`'s columns, read with pyarrow."""
+    """A (small) table's current rows with `schema`'s columns, read with pyarrow on the
+    driver, without a Spark job (no rows if there is no table yet)."""
     target = arrow_schema(schema)
+    if not table_exists(path):
+        return target.empty_table()
     parts, groups = current_files(path)
     tables = []
     for key, files in groups.items():

@@ -115,8 +115,6 @@ class DeltaIO:
     def read_small(self, path: str, schema: StructType) -> pa.Table:
         """A small table (checkpoints, snapshots, quarantine) as Arrow with exactly `schema`'s
         columns, read on the driver without a Spark job (empty if no table)."""
-        if not table_exists(path):
-            return arrow_schema(schema).empty_table()
         return read_arrow(path, schema)
 
     # -- writes ---------------------------------------------------------------------------

@@ -135,27 +135,25 @@ def system_rows(
 ) -> list[dict[str, Any]]:
     """The `columns` of one system's rows of the named audit tables (a row without `system`
     is RocketMQ's), read with pyarrow, without Spark; a table not written yet has none."""
-    from pipeline.delta_files import read_arrow, table_exists
+    from pipeline.delta_files import read_arrow
 
     out = []
     for name in names:
-        path = table_path(lake, name)
-        if table_exists(path):
-            rows = read_arrow(path, AUDIT_TABLES[name]).select([*columns, "system"]).to_pylist()
-            out += [{c: r[c] for c in columns} for r in rows if (r["system"] or ROCKETMQ) == system]
+        table = read_arrow(table_path(lake, name), AUDIT_TABLES[name])
+        rows = table.select([*columns, "system"]).to_pylist()
+        out += [{c: r[c] for c in columns} for r in rows if (r["system"] or ROCKETMQ) == system]
     return out
 
 
 def clusters(lake: str | Path) -> list[str]:
     """The clusters whose data the lake holds (named by its ingest checkpoints and ledger
     rows), read with pyarrow, without Spark."""
-    from pipeline.delta_files import read_arrow, table_exists
+    from pipeline.delta_files import read_arrow
 
     found: set[str] = set()
     for name in ("ingest_checkpoint", "message_stub"):
-        path = table_path(lake, name)
-        if table_exists(path):
-            found |= set(read_arrow(path, schemas.struct_of("cluster:str"))["cluster"].to_pylist())
+        rows = read_arrow(table_path(lake, name), schemas.struct_of("cluster:str"))
+        found |= set(rows["cluster"].to_pylist())
     return sorted(c for c in found if c)
 
 

@@ -200,9 +200,7 @@ def _report(inputs: RunInputs, spark: SparkSession | None) -> ReportResult:
         raise ValueError("report needs an output folder")
     spark = _spark(spark, inputs, "report")
     gates = _gate_audits(inputs, spark) if inputs.docs is not None else None
-    result: ReportResult = {
-        "report": build_report(inputs.lake, inputs.out, spark, docs_dir=inputs.docs)
-    }
+    result: ReportResult = {"report": build_report(inputs.lake, inputs.out, docs_dir=inputs.docs)}
     if gates is not None:
         result["audit_gates"] = gates
     return result
@@ -224,11 +222,12 @@ def _gate_audits(inputs: RunInputs, spark: SparkSession) -> dict[str, Any]:
 
 
 def _dlq_report(inputs: RunInputs, spark: SparkSession | None) -> dict[str, Any]:
+    """Without Spark: the report reads one small table with pyarrow."""
     from pipeline.reports.dlq_report import build_dlq_report
 
     if inputs.out is None:
         raise ValueError("dlq-report needs an output folder")
-    return build_dlq_report(inputs.lake, inputs.out, spark, master=inputs.spark_master)
+    return build_dlq_report(inputs.lake, inputs.out)
 
 
 def _spark(spark: SparkSession | None, inputs: RunInputs, name: str) -> SparkSession:

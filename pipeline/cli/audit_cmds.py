@@ -214,7 +214,9 @@ def _add_reports(cmds: Parsers) -> None:
     )
     dlq.add_argument("--lake", type=Path, required=True)
     dlq.add_argument("--out", type=Path, required=True)
-    dlq.add_argument("--spark-master", default=DEFAULT_MASTER)
+    dlq.add_argument(
+        "--spark-master", default=DEFAULT_MASTER, help="unused: the table is read with pyarrow"
+    )
     dlq.set_defaults(func=cmd_dlq_report)
 
 

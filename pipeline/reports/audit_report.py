@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
-
 from broker_runtime.common import findings
 from pipeline.reports import filters_section, plots, transactions_section
 from pipeline.reports.render import write_html
@@ -98,12 +96,9 @@ def render_report(
 def build_report(
     lake: str | Path,
     out: str | Path,
-    spark: SparkSession | None = None,
     docs_dir: str | Path | None = None,
-    *,
-    master: str | None = None,
 ) -> dict[str, Any]:
     """Read the lake's audit tables and write the audit report to `out`."""
-    tables = load_tables(lake, spark=spark, master=master)
+    tables = load_tables(lake)
     docs = Path(docs_dir) if docs_dir is not None else None
     return render_report(tables, Path(out), str(Path(lake).resolve()), docs)

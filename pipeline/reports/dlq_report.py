@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession
 
 from pipeline.reports import plots
 from pipeline.reports.render import timestamp, write_html
@@ -106,10 +105,7 @@ def render_dlq_report(dlq: pd.DataFrame, out: Path, lake: str = "") -> dict[str,
 def build_dlq_report(
     lake: str | Path,
     out: str | Path,
-    spark: SparkSession | None = None,
-    *,
-    master: str | None = None,
 ) -> dict[str, Any]:
     """Read `audit_dead_letters` from the lake and write the DLQ report to `out`."""
-    tables = load_tables(lake, ("audit_dead_letters",), spark=spark, master=master)
+    tables = load_tables(lake, ("audit_dead_letters",))
     return render_dlq_report(tables["audit_dead_letters"], Path(out), str(Path(lake).resolve()))
