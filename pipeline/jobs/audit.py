@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,6 @@ from pipeline.transforms.resend import by_system, manual_handling, resend_candid
 from pipeline.transforms.transaction_audit import audit_transactions
 
 _TOPIC = ["cluster", "broker", "topic"]  # a topic on one broker
-AUDIT_THREADS = 3  # audit tables computed and written at once
 
 
 @dataclass(frozen=True)
@@ -261,20 +259,6 @@ def _latest_lag_status(df: DataFrame) -> dict[str, int]:
     return {r["status"]: int(r["count"]) for r in latest.groupBy("status").count().collect()}
 
 
-def _audit_table(io: DeltaIO, root: str, name: str, df: DataFrame) -> tuple[AuditTable, float]:
-    """One audit table computed and written unless unchanged; (its entry, seconds)."""
-    t0 = time.monotonic()
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        profile, written = write_if_changed(io, df, table_path(root, name), name)
-        entry: AuditTable = {"rows": profile.rows, "written": written, "kinds": profile.kinds}
-        if name == "audit_lag":
-            entry["latest_status"] = _latest_lag_status(df)
-    finally:
-        df.unpersist()
-    return entry, time.monotonic() - t0
-
-
 def run_audit(
     lake: str | Path,
     spark: SparkSession | None = None,
@@ -311,29 +295,24 @@ def run_audit(
             "tables": {},
             "seconds": 0.0,
         }
-        work = {
-            name: df
-            for name, df in audit_tables(inputs, as_of, thresholds).items()
-            if tables is None or name in tables
-        }
-        done: dict[str, AuditTable] = {}
-        # Each table is a few small Spark jobs and a Delta commit, mostly waiting on the
-        # driver: several at once keep the cores busy (their inputs are cached once).
-        with ThreadPoolExecutor(AUDIT_THREADS, thread_name_prefix="audit") as pool:
-            running = {pool.submit(_audit_table, io, root, n, df): n for n, df in work.items()}
+        for name, df in audit_tables(inputs, as_of, thresholds).items():
+            if tables is not None and name not in tables:
+                continue
+            t0 = time.monotonic()
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                for future in as_completed(running):
-                    name = running[future]
-                    entry, seconds = future.result()
-                    done[name] = entry
-                    state = "written" if entry["written"] else "unchanged"
-                    reporter("audit", progress)(
-                        f"{name}: {entry['rows']:,} rows, {state} ({seconds:.1f} s)"
-                    )
-            except BaseException:
-                pool.shutdown(cancel_futures=True)
-                raise
-        summary["tables"] = {name: done[name] for name in work}
+                profile, written = write_if_changed(io, df, table_path(root, name), name)
+                rows = profile.rows
+                entry: AuditTable = {"rows": rows, "written": written, "kinds": profile.kinds}
+                if name == "audit_lag":
+                    entry["latest_status"] = _latest_lag_status(df)
+            finally:
+                df.unpersist()
+            summary["tables"][name] = entry
+            state = "written" if written else "unchanged"
+            reporter("audit", progress)(
+                f"{name}: {rows:,} rows, {state} ({time.monotonic() - t0:.1f} s)"
+            )
     finally:
         inputs.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)
