@@ -43,7 +43,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("DAGs", ("dags",)),
     ("entry points", (
         "broker_runtime.cli", "pipeline.cli", "pipeline.run", "pipeline.demo",
-        "pipeline.demo_summary", "pipeline.demo_remedies",
+        "pipeline.demo_summary", "pipeline.demo_remedies", "pipeline.demo_dags",
+        "pipeline.demo_rabbit",
         "dags.spark_app",
         "pipeline.airflow_local",
     )),
