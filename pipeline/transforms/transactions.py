@@ -45,7 +45,10 @@ TX_KEY = ["cluster", "broker", "producer_group", "uniq_key"]
 def is_commit_unit(sys_flag: Column, topic: Column) -> Column:
     """A unit a commit wrote to the real topic (COMMIT transaction type in its sysflag)."""
     committed = sys_flag.bitwiseAND(TRANSACTION_MASK) == TRANSACTION_COMMIT_TYPE
-    return committed & ~topic.isin(*TRANS_SYSTEM_TOPICS)
+    # Implied by the mask, and unlike it a filter parquet takes: a row group whose sysflags
+    # are all below COMMIT (no transactional unit in it) is skipped by its statistics.
+    at_least = sys_flag >= TRANSACTION_COMMIT_TYPE
+    return at_least & committed & ~topic.isin(*TRANS_SYSTEM_TOPICS)
 
 
 def _unit(text: bool) -> Column:
