@@ -42,8 +42,6 @@ from pipeline.results import IngestResult
 from pipeline.spark_session import apply_sql_conf, build_spark
 from pipeline.transforms.transactions import transactions_table
 
-Key = ingest_state.Key
-
 
 def run_ingest(
     data_dirs: str | Path | Sequence[str | Path] | None,
@@ -85,7 +83,7 @@ class _Ingest:
         self.say = reporter("ingest", progress)
         self.warnings: list[str] = []
         self.quarantine: list[dict[str, Any]] = []
-        self.results: dict[Key, dict[str, int]] = {}
+        self.results: dict[ingest_state.Key, dict[str, int]] = {}
         self.appended: dict[str, int] = {}
         self.readers: list[str] = []  # the decoders the workers loaded ("c", "python")
 
@@ -102,9 +100,7 @@ class _Ingest:
             f"lake {self.lake} ({self.io.backend} Delta backend)",
         )
         refuse_unkeyed(self.lake)
-        # A new lake's tables, a commit each: delta-spark spends about 0.3 s on one, mostly
-        # waiting on its files, so they are made four at a time.
-        with ThreadPoolExecutor(4) as pool:
+        with ThreadPoolExecutor(4) as pool:  # new tables: a commit each, 0.3 s in delta-spark
             list(pool.map(self._ensure_table, INGESTED_TABLES))
         state = ingest_state.load_state(self._rows("ingest_checkpoint"))
         if state.unfinished:
@@ -202,7 +198,11 @@ class _Ingest:
         self.say(line())
         for item in items:
             key = ingest_state.key(item.broker, ingest_state.COMMITLOG)
-            mine = [s for s in summaries.values() if _range_key(s) == key]
+            mine = [
+                s
+                for s in summaries.values()
+                if ingest_state.row_key(s, ingest_state.COMMITLOG) == key
+            ]
             pending = [s["pending_from"] for s in mine if s["pending_from"] is not None]
             ends = [s["end"] for s in mine if s["end"] >= 0]
             nxt = min(pending) if pending else max(ends, default=item.start)
@@ -362,10 +362,6 @@ class _Ingest:
             "warnings": self.warnings,
             "seconds": round(seconds, 3),
         }
-
-
-def _range_key(summary: dict[str, Any]) -> Key:
-    return ingest_state.row_key(summary, ingest_state.COMMITLOG)
 
 
 def _replica(row: dict[str, Any]) -> tuple[str, str, int]:

@@ -54,8 +54,8 @@ def is_commit_unit(sys_flag: Column, topic: Column) -> Column:
 def _unit(text: bool) -> Column:
     """A unit's fields; the body and the properties only if `text` (else nulls)."""
 
-    def prop(name: str) -> Column:
-        return F.col("properties").getItem(name) if text else F.lit(None).cast("string")
+    def kept(value: Column) -> Column:
+        return value if text else F.lit(None).cast("string")
 
     return F.struct(
         "topic",
@@ -68,11 +68,11 @@ def _unit(text: bool) -> Column:
         "store_ts",
         "sys_flag",
         "prepared_tx_offset",
-        (F.col("body").cast("string") if text else F.lit(None).cast("string")).alias("body_text"),
-        prop(PRODUCER_GROUP).alias("producer_group"),
-        prop(REAL_TOPIC).alias("real_topic"),
-        prop(REAL_QUEUE_ID).try_cast("int").alias("real_qid"),
-        prop(TRANSACTION_CHECK_TIMES).try_cast("int").alias("checks"),
+        kept(F.col("body").cast("string")).alias("body_text"),
+        kept(F.col("properties").getItem(PRODUCER_GROUP)).alias("producer_group"),
+        kept(F.col("properties").getItem(REAL_TOPIC)).alias("real_topic"),
+        kept(F.col("properties").getItem(REAL_QUEUE_ID)).try_cast("int").alias("real_qid"),
+        kept(F.col("properties").getItem(TRANSACTION_CHECK_TIMES)).try_cast("int").alias("checks"),
     )
 
 
