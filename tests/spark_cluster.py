@@ -30,7 +30,10 @@ WORKERS = 2
 # The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
 # on inputs this small, compiling each query's generated code costs more than it saves
 # (pipeline.demo's SMALL_DATA_SPARK says the same for the demo).
-CLIENT_CONF = {"spark.sql.codegen.wholeStage": "false"}
+CLIENT_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 @dataclass
