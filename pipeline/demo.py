@@ -57,22 +57,13 @@ from pipeline.demo_summary import (
     other_clusters,
     pick_replay_group,
 )
+from pipeline.spark_session import SMALL_DATA_SPARK
 
 T = TypeVar("T")
 REPLAY = "mq_dlq_replay"
 DEFAULT_OUT = Path("demo-out")
 DEFAULT_MESSAGES = 2000
 OFFSET_HISTORY_MS = 1000
-# The demo's tables are small: few shuffle partitions and no code generation save more
-# than they cost (Spark's defaults are for big inputs). Without whole-stage code, each task
-# still generated (and regex-formatted) the code of every projection it made: a third of
-# the audit's JVM samples; interpreted projections took a warm audit from 24 s to 18 s.
-SMALL_DATA_SPARK = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
 _SHOWN = re.compile(r"^(ingest|audit|gate|replay|resend|dead-letter report|audit report): ")
 _TASK = re.compile(r"\[DAG TEST\] (starting|end) task(?:_id=| task_id=)(\w+)")
 

@@ -52,6 +52,17 @@ SQL_CONF = {
     # rows by partition first (a sort of every 1 KiB body).
     "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
+# Settings for inputs of thousands of rows (the demo, the tests): few shuffle partitions and
+# no code generation save more than they cost (Spark's defaults are for big inputs). Without
+# whole-stage code, each task still generated (and regex-formatted) the code of every
+# projection it made: a third of the demo audit's JVM samples; interpreted projections took
+# a warm audit of the demo's lake from 24 s to 18 s. Large lakes keep Spark's defaults.
+SMALL_DATA_SPARK = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 # Delta's settings for the lake: a table's state is read with a few tasks, not 50 (the
 # tables' logs are small; 50 tasks cost seconds per read on two cores).
 DELTA_SQL_CONF = {

@@ -21,6 +21,7 @@ from typing import Any
 import pyspark
 import pytest
 
+from pipeline.spark_session import SMALL_DATA_SPARK
 from tests.db_servers import stop_process, wait_until
 
 START_TIMEOUT_S = 600.0  # JVMs on a busy two-core machine (ready is polled, not waited out)
@@ -28,12 +29,8 @@ FINISH_TIMEOUT_S = 120.0  # an application's end reaching the master after its d
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
 # The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
-# on inputs this small, compiling each query's generated code costs more than it saves
-# (pipeline.demo's SMALL_DATA_SPARK says the same for the demo).
-CLIENT_CONF = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
+# its inputs are as small as the demo's.
+CLIENT_CONF = SMALL_DATA_SPARK
 
 
 @dataclass

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from pipeline.demo import SMALL_DATA_SPARK
+from pipeline.spark_session import SMALL_DATA_SPARK
 from tests.conftest import mqaudit_cmd
 from tests.dags.conftest import AIRFLOW_WARNINGS
 from tests.dags.traffic import make_dead_letters, replays_on_broker, send_messages

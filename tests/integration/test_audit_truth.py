@@ -45,11 +45,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline.delta_io import DeltaIO
-from pipeline.demo import SMALL_DATA_SPARK as SMALL_DATA
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.readers.layout import cluster_of
+from pipeline.spark_session import SMALL_DATA_SPARK as SMALL_DATA
 from pipeline.spark_session import build_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster

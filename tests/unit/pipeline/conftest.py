@@ -10,8 +10,9 @@ from pyspark.sql import SparkSession
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from pipeline.spark_session import build_spark
+    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
 
-    session = build_spark("mqaudit-tests", "local[2]")
+    # The tests' tables are as small as the demo's.
+    session = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
     yield session
     session.stop()
