@@ -21,6 +21,7 @@ import pytest
 
 from broker_runtime.common.message import UNIQ_KEY, Message
 from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff, StubRecord
+from pipeline.spark_session import SMALL_DATA_SPARK
 from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.dags.traffic import copies_on_broker, make_dead_letters, replays_on_broker, send_messages
 from tests.integration.cluster_fixtures import Cluster, running_cluster
@@ -87,6 +88,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, airflow_db: Path) -> Iterator
             "lake": root / "lake",
             "reports": root / "reports",
             "spark_master": "local[2]",
+            "spark_conf": json.dumps(SMALL_DATA_SPARK),  # as the demo's
         }.items():
             mp.setenv(f"AIRFLOW_VAR_MQAUDIT_{name.upper()}", str(value))
         send_messages(c.namesrv_addr, TOPIC, 5)
