@@ -49,8 +49,7 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.readers.layout import cluster_of
-from pipeline.spark_session import SMALL_DATA_SPARK as SMALL_DATA
-from pipeline.spark_session import build_spark
+from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
 from tests.integration.test_workload import run_workload
@@ -136,10 +135,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]
     and audited into one lake per seed, two seeds at a time, in the shared Spark session (its
     tiny jobs leave cores idle)."""
     root = tmp_path_factory.mktemp("truth")
-    spark = build_spark("mqaudit-tests", "local[2]")  # the session of the other tests
-    saved = {k: spark.conf.get(k) for k in SMALL_DATA}
-    for k, v in SMALL_DATA.items():
-        spark.conf.set(k, v)
+    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)  # the others' session
     workloads = ThreadPoolExecutor(1, "workload")
     audits = ThreadPoolExecutor(2, "audit")
     try:
@@ -155,8 +151,6 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]
     finally:
         workloads.shutdown(wait=True, cancel_futures=True)
         audits.shutdown(wait=True, cancel_futures=True)
-        for k, v in saved.items():
-            spark.conf.set(k, v)
     yield out
 
 
