@@ -6,12 +6,16 @@ import gc
 import os
 import sys
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from broker_runtime.common.config import StoreConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Session-wide PostgreSQL, Redis and RabbitMQ servers (postgres_url, redis_url, rabbit_node); a
 # Spark standalone cluster per test module that asks for one (fixture spark_cluster).
@@ -106,6 +110,15 @@ def collect_garbage_quietly() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+def local_spark(app: str = "mqaudit-tests", conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The tests' in-process Spark session (getOrCreate: one per process), local[2] with the
+    settings for small inputs (pipeline.spark_session.SMALL_DATA_SPARK): the tests' tables
+    are as small as the demo's. `conf`: more settings."""
+    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+
+    return build_spark(app, "local[2]", {**SMALL_DATA_SPARK, **(conf or {})})
 
 
 def mqaudit_cmd(*args: str) -> list[str]:

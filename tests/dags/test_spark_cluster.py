@@ -22,8 +22,7 @@ from pyspark.sql import SparkSession
 from broker_runtime.cli.main import main
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
-from tests.conftest import mqaudit_cmd
+from tests.conftest import local_spark, mqaudit_cmd
 from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.integration.audit_data import build_data_dir
 from tests.integration.test_audit_pipeline import T0
@@ -57,7 +56,7 @@ def _rows(spark: SparkSession, lake: Path, name: str, schema: Any) -> list[tuple
 
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
-    return build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)  # the others' session
+    return local_spark()  # the others' session
 
 
 @pytest.fixture(scope="module")

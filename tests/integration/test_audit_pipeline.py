@@ -38,7 +38,7 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.schemas import INGEST_CHECKPOINT
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+from tests.conftest import local_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -53,7 +53,7 @@ SQL = "color = 'red'"
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
     # The pipeline unit tests' session when they run in this process (getOrCreate).
-    return build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    return local_spark()
 
 
 def _write_store(store_dir: Path, clock: FakeClock) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
 from pipeline.readers.layout import cluster_of
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+from tests.conftest import local_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
 from tests.integration.test_workload import run_workload
@@ -135,7 +135,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]
     and audited into one lake per seed, two seeds at a time, in the shared Spark session (its
     tiny jobs leave cores idle)."""
     root = tmp_path_factory.mktemp("truth")
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)  # the others' session
+    spark = local_spark()  # the others' session
     workloads = ThreadPoolExecutor(1, "workload")
     audits = ThreadPoolExecutor(2, "audit")
     try:

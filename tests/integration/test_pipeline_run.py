@@ -23,7 +23,7 @@ from broker_runtime.ledger.producer import ProducerLedger
 from dags import spark_app
 from pipeline.delta_io import table_exists
 from pipeline.lake import AUDIT_TABLES, table_path
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+from tests.conftest import local_spark
 from tests.integration.audit_data import build_data_dir
 
 # A whole run in-process (ingest, gates, audit, report) on the native backend: minutes under load.
@@ -38,7 +38,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def spark() -> SparkSession:
     # The session the other pipeline tests share when they run in this process.
-    return build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    return local_spark()
 
 
 def _last_json_line(out: str) -> dict[str, Any]:

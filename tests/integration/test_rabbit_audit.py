@@ -35,7 +35,7 @@ SEEDS = (1, 2, 3)
 
 @pytest.fixture(scope="module")
 def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
     vhosts = {seed: f"audit{seed}-{uuid.uuid4().hex[:8]}" for seed in SEEDS}
     for vhost in vhosts.values():
@@ -43,7 +43,7 @@ def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("rabbit-audit")
     data, lake = root / "data", root / "lake"
     lake.mkdir()
-    spark: SparkSession = build_spark("mqaudit-rabbit-audit", "local[2]", SMALL_DATA_SPARK)
+    spark: SparkSession = local_spark("mqaudit-rabbit-audit")
     api = rabbit_node.api_url
     try:
         # Before the exchanges exist (too old for every publish), and after.

@@ -93,13 +93,13 @@ def _dead_letter(ch: Any, consumer: ConsumerLedger, queue: str, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def world(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
     vhost = f"remedy-{uuid.uuid4().hex[:8]}"
     rabbit_node.add_vhost(vhost)
     root = tmp_path_factory.mktemp("rabbit-remedy")
     data, lake = root / "data", root / "lake"
-    spark = build_spark("mqaudit-rabbit-remediation", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark("mqaudit-rabbit-remediation")
     conn = pika.BlockingConnection(pika.URLParameters(rabbit_node.amqp_url(vhost)))
     try:
         ch = conn.channel()

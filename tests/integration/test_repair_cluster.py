@@ -97,9 +97,9 @@ def _log(spark: Any, lake: Path, repair_id: str) -> dict[str, dict[str, Any]]:
 
 
 def test_repair_of_lost_after_ack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark()
     data_dir, lake = build_data_dir(tmp_path), tmp_path / "lake"
     _ledger(data_dir)
     with running_cluster(

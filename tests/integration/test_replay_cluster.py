@@ -53,10 +53,10 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
     root = tmp_path_factory.mktemp("replay")
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark()
     with running_cluster(root / "c", groups=("broker-a",), slaves=False, name_servers=1) as c:
         sizes = {"g-dry": 3, "g-twice": 2, "g-crash": 4, "g-down": 3, "g-other": 1}
         dead = {g: make_dead_letters(c.namesrv_addr, g, TOPIC, n) for g, n in sizes.items()}

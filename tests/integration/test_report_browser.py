@@ -28,8 +28,8 @@ from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES
 from pipeline.reports.audit_report import render_report
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
 from tests.browser import Browser, PageLoad, chromium, chromium_binary
+from tests.conftest import local_spark
 from tests.integration.audit_data import build_data_dir
 
 # The lake's ingest, gates, audit and report: about 2 minutes idle, 6 at a load of 20.
@@ -51,7 +51,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     chromium_binary()
-    spark: SparkSession = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark: SparkSession = local_spark()
     root = tmp_path_factory.mktemp("reports")
     lake = root / "lake"
     run_ingest(build_data_dir(root), lake, spark, progress=False)

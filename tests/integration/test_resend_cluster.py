@@ -50,9 +50,9 @@ def _stubs(data_dir: Path, namesrv: str) -> dict[str, str]:
 
 
 def test_resend_end_to_end(tmp_path: Path) -> None:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark()
     data_dir, lake = tmp_path / "c", tmp_path / "lake"
     with running_cluster(data_dir, groups=("broker-a",), slaves=False, name_servers=1) as c:
         ids = _stubs(data_dir, c.namesrv_addr)

@@ -32,8 +32,8 @@ from pipeline.delta_io import DeltaIO
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
 from pipeline.transforms.filter_audit import sql_matches
+from tests.conftest import local_spark
 from tests.integration import truth_compare as C
 from tests.integration.cluster_fixtures import running_cluster
 from tests.integration.test_workload import run_workload
@@ -90,7 +90,7 @@ def _audit(spark: Any, lake: Path, doc: dict[str, Any]) -> Audited:
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Audited]]:
     root = tmp_path_factory.mktemp("tx-truth")
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark()
     audits = ThreadPoolExecutor(1, "audit")
     try:
         pending = []

@@ -58,9 +58,9 @@ def test_ingest_and_audit_several_real_brokers_into_one_lake(
     from pipeline.jobs.audit import run_audit
     from pipeline.jobs.ingest import run_ingest
     from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
-    spark = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    spark = local_spark()
     lake = tmp_path / "lake"
     stored = {name: len(sc.dump(store)) for name, store in workload.stores.items()}
     summary = run_ingest(None, lake, spark, broker_confs=workload.confs, progress=False)

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from expectations.context import GateContext
-from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+from tests.conftest import local_spark
 
 # A test session is a short-lived JVM running many small queries once each: the optimising JIT
 # costs more CPU than it saves there (measured: half the JVM CPU time of the gate tests).
@@ -20,7 +20,7 @@ SHORT_JVM = {"spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN -XX:TieredSto
 def spark() -> Iterator[SparkSession]:
     # Otherwise as tests/unit/pipeline's fixture: whichever starts first, the other gets the
     # same session back from getOrCreate.
-    session = build_spark("mqaudit-tests", "local[2]", conf={**SMALL_DATA_SPARK, **SHORT_JVM})
+    session = local_spark(conf=SHORT_JVM)
     yield session
     session.stop()
 

@@ -10,9 +10,8 @@ from pyspark.sql import SparkSession
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from pipeline.spark_session import SMALL_DATA_SPARK, build_spark
+    from tests.conftest import local_spark
 
-    # The tests' tables are as small as the demo's.
-    session = build_spark("mqaudit-tests", "local[2]", SMALL_DATA_SPARK)
+    session = local_spark()
     yield session
     session.stop()
