@@ -31,10 +31,10 @@ from pipeline.jobs.rabbit import TOPOLOGY, required_routes
 from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
 from pipeline.results import AuditResult, AuditTable
 from pipeline.spark_session import apply_sql_conf, build_spark
-from pipeline.transforms.audit_common import MESSAGE_COLUMNS
+from pipeline.transforms.audit_common import MESSAGE_COLUMNS, stored_copies
 from pipeline.transforms.consistency import audit_consistency
 from pipeline.transforms.dead_letters import audit_dead_letters
-from pipeline.transforms.duplicates import audit_duplicates
+from pipeline.transforms.duplicates import audit_duplicates, repeated_deliveries
 from pipeline.transforms.filter_audit import (
     audit_filters,
     expired_unreceived,
@@ -87,6 +87,9 @@ class _Inputs:
     transactions: DataFrame
     filters: DataFrame  # consumer_filters
     filtered_messages: DataFrame  # `messages` with their properties, of the filtered topics
+    # Kept in memory: what several audit tables (or one, several times) derive from the above.
+    copies: DataFrame  # stored_copies(messages)
+    repeated: DataFrame  # repeated_deliveries(log)
 
     def unpersist(self) -> None:
         for df in vars(self).values():
@@ -143,12 +146,14 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     log = read("message_log", schemas.MESSAGE_LOG).persist(keep)
     routes = required_routes(io.spark, stubs, read(TOPOLOGY.name, TOPOLOGY.schema))
     filters = read("consumer_filters", schemas.CONSUMER_FILTERS).persist(keep)
+    messages = messages.persist(keep)
+    log_rocketmq = not_rabbitmq(log)
     return _Inputs(
-        messages=messages.persist(keep),
+        messages=messages,
         consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
         offsets=offsets.persist(keep),
         stubs=not_rabbitmq(stubs),
-        log=not_rabbitmq(log),
+        log=log_rocketmq,
         quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
         checkpoint=read("ingest_checkpoint", schemas.INGEST_CHECKPOINT).persist(keep),
         replay_log=_replay_log(io, lake),
@@ -160,6 +165,8 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         filtered_messages=read("messages", schemas.MESSAGES).join(
             filters.select(*_TOPIC).distinct(), on=_TOPIC, how="left_semi"
         ),
+        copies=stored_copies(messages).persist(keep),
+        repeated=repeated_deliveries(log_rocketmq).persist(keep),
     )
 
 
@@ -174,9 +181,9 @@ def audit_tables(
     """
     i = replace(inputs, offsets=inputs.offsets.filter(F.col("snapshot_ts") <= as_of_ms))
     return {
-        "audit_duplicates": audit_duplicates(i.messages, i.log, as_of_ms).unionByName(
-            rabbit_duplicates(i.ledger_log, as_of_ms)
-        ),
+        "audit_duplicates": audit_duplicates(
+            i.messages, i.log, as_of_ms, copies=i.copies, repeated=i.repeated
+        ).unionByName(rabbit_duplicates(i.ledger_log, as_of_ms)),
         "audit_losses": audit_losses(
             i.messages,
             i.stubs,
@@ -185,6 +192,7 @@ def audit_tables(
             ingested_until(i.checkpoint),
             as_of_ms,
             group_expressions(i.filters, as_of_ms).select("group", "cluster", "broker", "topic"),
+            i.copies,
         )
         .unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms))
         .unionByName(
@@ -192,7 +200,7 @@ def audit_tables(
         ),
         "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
         "audit_dead_letters": audit_dead_letters(
-            i.messages, i.log, not_rabbitmq(i.replay_log), as_of_ms
+            i.messages, i.log, not_rabbitmq(i.replay_log), as_of_ms, i.copies
         ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms, i.replay_log)),
         "resend_candidates": by_system(
             resend_candidates, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms

@@ -73,9 +73,14 @@ def replays(replay_log: DataFrame) -> DataFrame:
 
 
 def audit_dead_letters(
-    messages: DataFrame, log: DataFrame, replay_log: DataFrame, as_of_ms: int
+    messages: DataFrame,
+    log: DataFrame,
+    replay_log: DataFrame,
+    as_of_ms: int,
+    copies: DataFrame | None = None,
 ) -> DataFrame:
-    """The `audit_dead_letters` table; `replay_log` may be empty (no replays yet)."""
+    """The `audit_dead_letters` table; `replay_log` may be empty (no replays yet); `copies`:
+    `stored_copies(messages)`, where the caller keeps it."""
     dead = _key(messages.filter(F.col("is_dlq") & ~F.col("is_scheduled")))
     per_msg = dead.groupBy(*_KEY).agg(
         F.max("reconsume_times").cast("long").alias("count"),
@@ -86,15 +91,20 @@ def audit_dead_letters(
         F.min("origin_msg_id").alias("origin_msg_id"),
         F.max("store_ts").alias("last_ts"),
     )
+    # Originals and deliveries of the dead letters only (few, in a large lake).
+    dead_keys = per_msg.select("cluster", "msg_id").distinct()
     originals = (
-        stored_copies(messages)
-        .groupBy("cluster", F.col("uniq_key").alias("msg_id"))
+        (stored_copies(messages) if copies is None else copies)
+        .withColumnRenamed("uniq_key", "msg_id")
+        .join(dead_keys, on=["cluster", "msg_id"], how="left_semi")
+        .groupBy("cluster", "msg_id")
         .agg(F.min("store_ts").alias("first_ts"))
     )
+    deliveries = log.join(dead_keys, on=["cluster", "msg_id"], how="left_semi")
     rows = (
         per_msg.join(originals, on=["cluster", "msg_id"], how="left")
         .join(_chains(messages), on=_KEY, how="left")
-        .join(_deliveries(log), on=_KEY, how="left")
+        .join(_deliveries(deliveries), on=_KEY, how="left")
         .join(replays(replay_log), on=_KEY, how="left")
     )
     chain = F.coalesce(

@@ -44,9 +44,14 @@ _GROUP_MSG = ["cluster", "group", "msg_id"]
 _ACTIVITY = ["cluster", "group", "broker", "topic", "queue_id", "client_id"]
 
 
-def stored_twice(messages: DataFrame) -> DataFrame:
-    """UNIQ_KEYs with two or more stored copies in their topic (producer resend)."""
-    copies = stored_copies(messages)
+def stored_twice(messages: DataFrame, copies: DataFrame | None = None) -> DataFrame:
+    """UNIQ_KEYs with two or more stored copies in their topic (producer resend).
+    `copies`: `stored_copies(messages)`, where the caller keeps it."""
+    copies = stored_copies(messages) if copies is None else copies
+    # Most keys have one copy: the lists and texts below are built for the others only.
+    key = ["cluster", "topic", "uniq_key"]
+    resent = copies.groupBy(*key).count().filter(F.col("count") >= 2).drop("count")
+    copies = copies.join(resent, on=key, how="left_semi")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     grouped = copies.groupBy("cluster", "topic", "uniq_key").agg(
         F.count(F.lit(1)).alias("count"),
@@ -158,13 +163,21 @@ def explain_deliveries(log: DataFrame, receipts: DataFrame | None = None) -> Dat
     return steps.withColumn("cause", cause).select(*log.columns, "seq", "cause")
 
 
-def delivered_twice(log: DataFrame) -> DataFrame:
-    """Per (group, msg_id) delivered more than once: delivered_twice / retried_then_ok rows,
-    plus duplicate_effect rows where two or more deliveries were CONSUMED."""
-    # Only a message a group received more than once has an extra delivery to explain: the
-    # windows run over those deliveries (few, in a large log), not over every one.
+def repeated_deliveries(log: DataFrame) -> DataFrame:
+    """The deliveries of the messages a group received more than once: the only ones with an
+    extra delivery to explain (few, in a large log). The audit job keeps them in memory:
+    `delivered_twice` reads them three times."""
     twice = log.groupBy(*_GROUP_MSG).count().filter(F.col("count") >= 2).drop("count")
-    steps = explain_deliveries(log.join(twice, on=_GROUP_MSG, how="left_semi"), receipts=log)
+    return log.join(twice, on=_GROUP_MSG, how="left_semi")
+
+
+def delivered_twice(log: DataFrame, repeated: DataFrame | None = None) -> DataFrame:
+    """Per (group, msg_id) delivered more than once: delivered_twice / retried_then_ok rows,
+    plus duplicate_effect rows where two or more deliveries were CONSUMED. `repeated`:
+    `repeated_deliveries(log)`, where the caller keeps it."""
+    if repeated is None:
+        repeated = repeated_deliveries(log)
+    steps = explain_deliveries(repeated, receipts=log)
     extra = F.col("seq") > 1
     not_retry = extra & (F.col("cause") != findings.RETRY_AFTER_FAILURE)
     per_msg = steps.groupBy(*_GROUP_MSG).agg(
@@ -195,16 +208,28 @@ def delivered_twice(log: DataFrame) -> DataFrame:
     cause = F.when(F.size("causes") > 0, F.col("causes")[0]["cause"]).otherwise(
         findings.RETRY_AFTER_FAILURE
     )
-    rows = (
+    # A message CONSUMED twice or more gives a second row, its duplicate_effect: one pass
+    # over the windows for both kinds (a union of the two would run them twice).
+    effect = F.col("consumed") >= 2
+    kinds = F.when(effect, F.array("kind", F.lit(findings.DUPLICATE_EFFECT))).otherwise(
+        F.array("kind")
+    )
+    detail = F.format_string("%d deliveries: %s", F.col("count"), F.col("steps"))
+    is_effect = F.col("kind") == findings.DUPLICATE_EFFECT
+    return (
         per_msg.filter(F.col("count") >= 2)
         .withColumns({"kind": kind, "cause": cause})
         .filter(F.col("kind").isNotNull())
+        .withColumn("kind", F.explode(kinds))
         .select(
             "msg_id",
             "group",
             "kind",
             "cause",
-            F.col("count").cast("long").alias("count"),
+            F.when(is_effect, F.col("consumed"))
+            .otherwise(F.col("count"))
+            .cast("long")
+            .alias("count"),
             F.col("first.topic").alias("topic"),
             "cluster",
             F.col("first.broker").alias("broker"),
@@ -214,23 +239,25 @@ def delivered_twice(log: DataFrame) -> DataFrame:
             "last_ts",
             "clients",
             "consumed",
-            F.format_string("%d deliveries: %s", F.col("count"), F.col("steps")).alias("detail"),
+            F.when(is_effect, F.format_string("CONSUMED %d times; %s", F.col("consumed"), detail))
+            .otherwise(detail)
+            .alias("detail"),
         )
     )
-    effects = rows.filter(F.col("consumed") >= 2).withColumns(
-        {
-            "kind": F.lit(findings.DUPLICATE_EFFECT),
-            "count": F.col("consumed"),
-            "detail": F.format_string("CONSUMED %d times; %s", F.col("consumed"), F.col("detail")),
-        }
-    )
-    return rows.unionByName(effects)
 
 
-def audit_duplicates(messages: DataFrame, log: DataFrame, as_of_ms: int) -> DataFrame:
-    """The `audit_duplicates` table."""
+def audit_duplicates(
+    messages: DataFrame,
+    log: DataFrame,
+    as_of_ms: int,
+    *,
+    copies: DataFrame | None = None,
+    repeated: DataFrame | None = None,
+) -> DataFrame:
+    """The `audit_duplicates` table; `copies`, `repeated`: see `stored_twice`,
+    `delivered_twice`."""
     return (
-        stored_twice(messages)
-        .unionByName(delivered_twice(log))
+        stored_twice(messages, copies)
+        .unionByName(delivered_twice(log, repeated))
         .transform(conform(audit_schemas.AUDIT_DUPLICATES, as_of_ms))
     )

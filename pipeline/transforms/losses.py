@@ -131,9 +131,11 @@ def undelivered(
     offsets: DataFrame,
     ingested: DataFrame,
     sql_groups: DataFrame | None = None,
+    copies: DataFrame | None = None,
 ) -> DataFrame:
-    """never_delivered and expired_before_consumed rows."""
-    copies = stored_copies(messages)
+    """never_delivered and expired_before_consumed rows; `copies`: `stored_copies(messages)`,
+    where the caller keeps it."""
+    copies = stored_copies(messages) if copies is None else copies
     min_offsets = queue_min_offsets(offsets)
     positions = copies.select(
         "uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset", "store_ts"
@@ -188,11 +190,13 @@ def audit_losses(
     ingested: DataFrame,
     as_of_ms: int,
     sql_groups: DataFrame | None = None,
+    copies: DataFrame | None = None,
 ) -> DataFrame:
-    """The `audit_losses` table; `ingested` has (cluster, broker, ingested_to_ms)."""
+    """The `audit_losses` table; `ingested` has (cluster, broker, ingested_to_ms); `copies`:
+    see `undelivered`."""
     min_offsets = queue_min_offsets(offsets)
     return (
         lost_after_ack(stubs, messages, log, min_offsets, ingested)
-        .unionByName(undelivered(messages, stubs, log, offsets, ingested, sql_groups))
+        .unionByName(undelivered(messages, stubs, log, offsets, ingested, sql_groups, copies))
         .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
     )
