@@ -86,6 +86,15 @@ def group_expressions(filters: DataFrame, as_of_ms: int) -> DataFrame:
     )
 
 
+def _seen_by_sql_groups(log: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataFrame:
+    """The deliveries by T to the groups with an expression (from any topic: a retry comes
+    back through %RETRY%{group}); most groups have none, and their deliveries are not read."""
+    groups = expressions.select("cluster", "group").distinct()
+    return log.filter(F.col("received_at") <= as_of_ms).join(
+        groups, on=["cluster", "group"], how="left_semi"
+    )
+
+
 def _judged(messages: DataFrame, expressions: DataFrame, as_of_ms: int) -> DataFrame:
     """Every stored message of a filtered topic (replicas collapsed) with each of its groups'
     verdicts."""
@@ -156,8 +165,9 @@ def audit_filters(
     filters: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
 ) -> DataFrame:
     """The `audit_filters` table. `messages` needs its `properties`; `log` RocketMQ's rows."""
-    judged = _judged(messages, group_expressions(filters, as_of_ms), as_of_ms)
-    seen = log.filter(F.col("received_at") <= as_of_ms)
+    expressions = group_expressions(filters, as_of_ms)
+    judged = _judged(messages, expressions, as_of_ms)
+    seen = _seen_by_sql_groups(log, expressions, as_of_ms)
     first = (
         seen.filter(F.col("reconsume_times") == 0)
         .groupBy(*_KEY, "queue_id", "queue_offset", "msg_id")
@@ -226,7 +236,8 @@ def expired_unreceived(
     filters: DataFrame, messages: DataFrame, log: DataFrame, offsets: DataFrame, as_of_ms: int
 ) -> DataFrame:
     """`audit_losses` rows: `expired_before_consumed` of the SQL92 groups (module doc)."""
-    seen = log.filter(F.col("received_at") <= as_of_ms)
+    expressions = group_expressions(filters, as_of_ms)
+    seen = _seen_by_sql_groups(log, expressions, as_of_ms)
     received = seen.select("cluster", "group", "msg_id").distinct()
     latest = latest_offsets(offsets).select(*_KEY, "queue_id", "committed_offset")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
@@ -236,7 +247,7 @@ def expired_unreceived(
         .drop("min_offset")
     )
     return (
-        _expected(_judged(below, group_expressions(filters, as_of_ms), as_of_ms), offsets)
+        _expected(_judged(below, expressions, as_of_ms), offsets)
         .filter(F.col("expired"))
         .join(received, on=["cluster", "group", "msg_id"], how="left_anti")
         .join(latest, on=[*_KEY, "queue_id"], how="left")

@@ -47,7 +47,10 @@ def lag_snapshots(offsets: DataFrame, messages: DataFrame) -> DataFrame:
         "lag_messages",
         F.greatest(F.col("max_offset") - F.col("committed_offset"), F.lit(0)).cast("long"),
     )
-    waiting = queue_positions(messages).select(
+    # Only the positions some snapshot's committed offset points at (a few, in a large lake).
+    points = rows.select(*QUEUE, F.col("committed_offset").alias("queue_offset")).distinct()
+    at_points = messages.join(points, on=[*QUEUE, "queue_offset"], how="left_semi")
+    waiting = queue_positions(at_points).select(
         *QUEUE,
         F.col("queue_offset").alias("committed_offset"),
         F.col("store_ts").alias("oldest_ts"),

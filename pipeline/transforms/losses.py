@@ -44,15 +44,19 @@ def _tag_key(tags: str) -> Column:
     return F.coalesce(F.col(tags), F.lit(_NO_TAG))
 
 
-def _subscriptions(copies: DataFrame, log: DataFrame) -> DataFrame:
-    """(cluster, group, topic, tag key) a group has received at least one message of."""
-    received = log.select("cluster", "group", F.col("msg_id").alias("uniq_key")).distinct()
-    copy = copies.select("cluster", "uniq_key", "topic", "tags")
-    return (
-        received.join(copy, on=["cluster", "uniq_key"], how="inner")
-        .select("cluster", "group", "topic", _tag_key("tags").alias("tag_key"))
-        .distinct()
+def _received_by(log: DataFrame) -> DataFrame:
+    """(cluster, uniq_key) -> the groups that received it (`received_by`)."""
+    return log.groupBy("cluster", F.col("msg_id").alias("uniq_key")).agg(
+        F.collect_set("group").alias("received_by")
     )
+
+
+def _subscriptions(copies: DataFrame) -> DataFrame:
+    """(cluster, group, topic, tag key) a group has received at least one message of;
+    `copies` with their `received_by` and `tag_key`."""
+    return copies.select(
+        "cluster", F.explode("received_by").alias("group"), "topic", "tag_key"
+    ).distinct()
 
 
 def _confirmed_absent(stubs: DataFrame, messages: DataFrame, ingested: DataFrame) -> DataFrame:
@@ -137,16 +141,26 @@ def undelivered(
     where the caller keeps it."""
     copies = stored_copies(messages) if copies is None else copies
     min_offsets = queue_min_offsets(offsets)
-    positions = copies.select(
-        "uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset", "store_ts"
-    ).unionByName(_expired_stub_positions(stubs, messages, min_offsets, ingested))
-    subs = _subscriptions(copies, log)
+    # Each position with the groups that received its key: one join of the positions with
+    # the log gives both the subscriptions and who has not received a message yet.
+    received_by = _received_by(log)
+    columns = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
+    stored = (
+        copies.select(*columns, "store_ts")
+        .withColumn("tag_key", _tag_key("tags"))
+        .join(received_by, on=["cluster", "uniq_key"], how="left")
+    )
+    expired_stubs = (
+        _expired_stub_positions(stubs, messages, min_offsets, ingested)
+        .withColumn("tag_key", _tag_key("tags"))
+        .join(received_by, on=["cluster", "uniq_key"], how="left")
+    )
     latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
-    delivered = log.select("cluster", "group", F.col("msg_id").alias("uniq_key")).distinct()
     candidates = (
-        positions.withColumn("tag_key", _tag_key("tags"))
-        .join(subs, on=["cluster", "topic", "tag_key"], how="inner")
-        .join(delivered, on=["cluster", "group", "uniq_key"], how="left_anti")
+        stored.unionByName(expired_stubs)
+        .join(_subscriptions(stored), on=["cluster", "topic", "tag_key"], how="inner")
+        .filter(~F.coalesce(F.array_contains("received_by", F.col("group")), F.lit(False)))
+        .drop("received_by")
     )
     if sql_groups is not None:
         candidates = candidates.join(sql_groups, on=["group", *BROKER, "topic"], how="left_anti")

@@ -51,20 +51,29 @@ def _unconfirmed(stubs: DataFrame, as_of_ms: int) -> DataFrame:
     )
 
 
+def _logged(log: DataFrame, stubs: DataFrame) -> DataFrame:
+    """(cluster, msg_id) of the `stubs` that are in the consumers' log: only theirs are looked
+    up (a few stubs, in a large log)."""
+    keys = stubs.select("cluster", "msg_id").distinct()
+    return (
+        log.join(keys, on=["cluster", "msg_id"], how="left_semi")
+        .select("cluster", "msg_id")
+        .distinct()
+    )
+
+
 def resend_candidates(
     stubs: DataFrame, log: DataFrame, max_send_count: int, as_of_ms: int
 ) -> DataFrame:
     """The `resend_candidates` table (rules 1-5 above)."""
     max_logged = log.groupBy(*QUEUE).agg(F.max("queue_offset").alias("max_log_offset"))
-    logged = log.select("cluster", "msg_id").distinct()
     due = F.coalesce(F.col("next_resend_at"), F.col("created_at")) <= as_of_ms
     passed = F.col("queue_offset").isNull() | (F.col("queue_offset") < F.col("max_log_offset"))
+    stubs = _unconfirmed(stubs, as_of_ms).filter((F.col("send_count") < max_send_count) & due)
     rows = (
-        _unconfirmed(stubs, as_of_ms)
-        .filter((F.col("send_count") < max_send_count) & due)
-        .join(max_logged, on=QUEUE, how="left")
+        stubs.join(max_logged, on=QUEUE, how="left")
         .filter(passed)
-        .join(logged, on=["cluster", "msg_id"], how="left_anti")
+        .join(_logged(log, stubs), on=["cluster", "msg_id"], how="left_anti")
     )
     cause = F.when(F.col("queue_offset").isNull(), findings.NEVER_ACKNOWLEDGED).otherwise(
         findings.OFFSET_PASSED_BY_CONSUMERS
@@ -83,12 +92,9 @@ def manual_handling(
     stubs: DataFrame, log: DataFrame, max_send_count: int, as_of_ms: int
 ) -> DataFrame:
     """The `manual_handling` table: unconfirmed stubs the resend job may not send again."""
-    logged = log.select("cluster", "msg_id").distinct().withColumn("in_message_log", F.lit(True))
-    rows = (
-        _unconfirmed(stubs, as_of_ms)
-        .filter(F.col("send_count") >= max_send_count)
-        .join(logged, on=["cluster", "msg_id"], how="left")
-    )
+    stubs = _unconfirmed(stubs, as_of_ms).filter(F.col("send_count") >= max_send_count)
+    logged = _logged(log, stubs).withColumn("in_message_log", F.lit(True))
+    rows = stubs.join(logged, on=["cluster", "msg_id"], how="left")
     return rows.select(
         *_STUB,
         F.coalesce(F.col("in_message_log"), F.lit(False)).alias("in_message_log"),

@@ -136,13 +136,18 @@ def _per_group(
     unselected: DataFrame,
     as_of_ms: int,
 ) -> DataFrame:
+    # Only the transactions' messages and topics are looked up: most of a lake is neither.
+    keys = tx.select("cluster", "msg_id").distinct()
     seen = log.filter(F.col("received_at") <= as_of_ms)
-    deliveries = seen.groupBy("cluster", "group", "msg_id").agg(
-        F.count(F.lit(1)).alias("deliveries")
+    deliveries = (
+        seen.join(keys, on=["cluster", "msg_id"], how="left_semi")
+        .groupBy("cluster", "group", "msg_id")
+        .agg(F.count(F.lit(1)).alias("deliveries"))
     )
     outside = (
         messages.filter(F.col("uniq_key").isNotNull() & (F.col("store_ts") <= as_of_ms))
         .select("cluster", F.col("uniq_key").alias("msg_id"), "topic")
+        .join(keys, on=["cluster", "msg_id"], how="left_semi")
         .distinct()
         .withColumn("outside", F.lit(True))
     )
@@ -166,7 +171,12 @@ def _per_group(
             ),
         )
     )
-    takers = seen.select("cluster", "group", "topic").distinct()
+    topics = tx.select("cluster", "topic").distinct()
+    takers = (
+        seen.join(topics, on=["cluster", "topic"], how="left_semi")
+        .select("cluster", "group", "topic")
+        .distinct()
+    )
     latest = latest_offsets(offsets).select(
         "group", "cluster", "broker", "topic", "queue_id", "committed_offset"
     )
