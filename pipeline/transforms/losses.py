@@ -51,10 +51,10 @@ def _received_by(log: DataFrame) -> DataFrame:
     )
 
 
-def _subscriptions(copies: DataFrame) -> DataFrame:
+def _subscriptions(positions: DataFrame) -> DataFrame:
     """(cluster, group, topic, tag key) a group has received at least one message of;
-    `copies` with their `received_by` and `tag_key`."""
-    return copies.select(
+    `positions`: stored copies with their `received_by` and `tag_key`."""
+    return positions.select(
         "cluster", F.explode("received_by").alias("group"), "topic", "tag_key"
     ).distinct()
 
