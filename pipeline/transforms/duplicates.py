@@ -53,7 +53,7 @@ def stored_twice(messages: DataFrame, copies: DataFrame | None = None) -> DataFr
     resent = copies.groupBy(*key).count().filter(F.col("count") >= 2).drop("count")
     copies = copies.join(resent, on=key, how="left_semi")
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    grouped = copies.groupBy("cluster", "topic", "uniq_key").agg(
+    grouped = copies.groupBy(*key).agg(
         F.count(F.lit(1)).alias("count"),
         F.array_join(F.array_sort(F.collect_set("broker")), ",").alias("broker"),
         F.min_by(F.struct("queue_id", "queue_offset"), F.struct("store_ts", "phys_offset")).alias(
@@ -63,7 +63,7 @@ def stored_twice(messages: DataFrame, copies: DataFrame | None = None) -> DataFr
         F.max("store_ts").alias("last_ts"),
         F.array_join(F.array_sort(F.collect_list(where)), ", ").alias("detail"),
     )
-    return grouped.filter(F.col("count") >= 2).select(
+    return grouped.select(
         F.col("uniq_key").alias("msg_id"),
         F.lit(None).cast("string").alias("group"),
         F.lit(findings.STORED_TWICE).alias("kind"),
