@@ -1,7 +1,7 @@
 """Ingest cluster data dirs into one lake: messages, consume_queue, consumer_offsets,
 consumer_filters, message_stub, message_log, quarantine and ingest_checkpoint, each at
 LAKE/<table>, and `transactions`, derived from all of `messages` by each run that read
-something.
+transactional units (counted as the workers decode them).
 
 Incremental by a per-broker checkpoint of CommitLog offsets and idempotent (see
 pipeline.jobs.ingest_state): a re-run with nothing new commits nothing. Every row names its
@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from broker_runtime.common.progress import Ticker, reporter
@@ -117,7 +118,7 @@ class _Ingest:
         self._ledgers(ledgers)
         self._quarantine(plan, summaries)
         if plan.has_work:
-            self._transactions(plan.run)
+            self._transactions(plan.run, summaries)
             self._append_rows(
                 "ingest_checkpoint", ingest_state.rows_for(plan, "done", self.results)
             )
@@ -277,19 +278,8 @@ class _Ingest:
     def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():
             b = Broker(s["broker"], s["broker_id"], "", s["cluster"])
-            for bad in s["bad"]:
-                self.quarantine.append(
-                    _bad(
-                        b,
-                        s["file"],
-                        bad["position"],
-                        bad["log_offset"],
-                        bad["length"],
-                        bad["reason"],
-                        bad["detail"],
-                        bad["final"],
-                    )
-                )
+            for bad in s["bad"]:  # the fields of a BadRange, as _bad names them
+                self.quarantine.append(_bad(b, s["file"], **bad))
         walked = {_replica(s) for s in summaries.values()}
         if not self.quarantine and not walked:
             return
@@ -310,13 +300,17 @@ class _Ingest:
             self.io.replace_rows(rows, self.path("quarantine"), schemas.QUARANTINE)
         self.appended["quarantine"] = len(changed)
 
-    def _transactions(self, run: int) -> None:
+    def _transactions(self, run: int, summaries: Summaries) -> None:
         """Rebuild `transactions` whole from all of `messages` (a transaction's units span
-        runs)."""
-        messages = self.io.read(self.path("messages"), schemas.MESSAGES)
-        table = TABLES["transactions"]
-        rows = transactions_table(messages, run)
-        self.appended["transactions"] = self.io.overwrite(rows, self.path(table.name), table.schema)
+        runs) if this run read transactional units, or the table, new in a lake with earlier
+        runs, was never built. Otherwise it is what a rebuild would give (but for its runs)."""
+        path = self.path("transactions")
+        units = sum(s["transaction_units"] for s in summaries.values())
+        if not units and (run == 1 or DeltaTable(path).version() > 0):
+            self.appended["transactions"] = 0
+            return
+        rows = transactions_table(self.io.read(self.path("messages"), schemas.MESSAGES), run)
+        self.appended["transactions"] = self.io.overwrite(rows, path, schemas.TRANSACTIONS)
 
     # -- helpers --------------------------------------------------------------------------
 

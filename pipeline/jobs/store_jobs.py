@@ -23,6 +23,7 @@ from pipeline.readers.message_rows import to_messages
 from pipeline.readers.segments import WalkResult
 from pipeline.readers.store_files import CqFile, read_cq_file
 from pipeline.spark_tasks import run_tasks
+from pipeline.transforms.transactions import count_units
 
 Summaries = dict[str, dict[str, Any]]
 
@@ -43,13 +44,16 @@ def ingest_log(
 ) -> int:
     """Append the `messages` rows of every range to the table at `path` in one commit (or
     none, -1, when the table has the run's txn: then the ranges are only walked); returns the
-    rows added. Each range's summary goes to `acc` (a ByKey accumulator) as it finishes."""
+    rows added. Each range's summary (with its `transaction_units`) goes to `acc` (a ByKey
+    accumulator) as it finishes."""
 
     def produce(row: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-        task, result = RangeTask(**row), WalkResult()
+        task, result, units = RangeTask(**row), WalkResult(), 0
         for raw in read_range(task, result):
-            yield to_messages(raw, run, task.cluster)
-        acc.add({task.range_id: summary(task, result)})
+            batch = to_messages(raw, run, task.cluster)
+            units += count_units(batch)
+            yield batch
+        acc.add({task.range_id: {**summary(task, result), "transaction_units": units}})
 
     rows = [t.as_row() for t in tasks]
     txn = (TXN_APP, run)

@@ -18,6 +18,8 @@ Replicas are collapsed: a master and its slaves hold a unit at the same log offs
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -49,6 +51,16 @@ def is_commit_unit(sys_flag: Column, topic: Column) -> Column:
     # are all below COMMIT (no transactional unit in it) is skipped by its statistics.
     at_least = sys_flag >= TRANSACTION_COMMIT_TYPE
     return at_least & committed & ~topic.isin(*TRANS_SYSTEM_TOPICS)
+
+
+def count_units(batch: pa.RecordBatch) -> int:
+    """The transactional units among a MESSAGES batch's rows, as `_units` takes them (a
+    system topic's, or a commit's in a real topic), counted where the ingest decodes them: a
+    run that read none leaves the `transactions` table as it was."""
+    system = pc.is_in(batch.column("topic"), pa.array(TRANS_SYSTEM_TOPICS))
+    flag = pc.bit_wise_and(batch.column("sys_flag"), TRANSACTION_MASK)
+    committed = pc.equal(flag, TRANSACTION_COMMIT_TYPE)
+    return int(pc.sum(pc.or_kleene(system, committed)).as_py() or 0)
 
 
 def _unit(text: bool) -> Column:

@@ -7,10 +7,20 @@ import dataclasses
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from sqlalchemy import insert, update
 
+from broker_runtime.common.message import (
+    PRODUCER_GROUP,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    UNIQ_KEY,
+    Message,
+)
+from broker_runtime.common.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from broker_runtime.offsets import offset_history
 from broker_runtime.offsets.consumer_filters import consumer_filter_path
 from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
@@ -18,8 +28,9 @@ from broker_runtime.store import record_codec as codec
 from broker_runtime.store.message_store import MessageStore
 from pipeline.lake import table_path
 from pipeline.readers.commitlog import segment_files
+from pipeline.transforms.transactions import count_units
 from tests.unit.pipeline import ledgers
-from tests.unit.pipeline.stores import config, stored, varied, write_store
+from tests.unit.pipeline.stores import T0, config, stored, varied, write_store
 from tests.unit.pipeline.test_ingest import ingest, make_cluster, rows, versions
 
 pytestmark = pytest.mark.slow
@@ -79,6 +90,40 @@ def test_reruns_change_nothing_and_new_data_is_read_once(
         hist["messages"] == before["messages"] + 1
         and hist["consume_queue"] == before["consume_queue"] + 1
     )
+
+
+def test_count_units_takes_system_topics_and_commits_only() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, "T", "T", "T", "T"],
+            "sys_flag": [4, 0, TRANSACTION_COMMIT_TYPE, 4, 0, TRANSACTION_COMMIT_TYPE | 2],
+        }
+    )
+    assert count_units(batch) == 4  # the two system units and the two commits
+
+
+def test_transactions_are_rebuilt_by_a_run_that_read_transactional_units(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = make_cluster(tmp_path)
+    lake = tmp_path / "lake"
+    ingest(spark, data, lake)
+    before = versions(lake)["transactions"]
+    b = data / "brokers" / "broker-b" / "master"
+    props = {UNIQ_KEY: "TX-HALF-1", PRODUCER_GROUP: "pg", REAL_TOPIC: "Topic0"}
+    props[REAL_QUEUE_ID] = "1"
+    write_store(b, [Message(TRANS_HALF_TOPIC, b"x", props, sys_flag=4, born_timestamp=T0)])
+    run = ingest(spark, data, lake)
+    assert run["appended"]["transactions"] >= 1 and versions(lake)["transactions"] == before + 1
+    tx = {(r["uniq_key"], r["state"]) for r in rows(spark, lake, "transactions")}
+    assert ("TX-HALF-1", "pending") in tx
+    # No transactional unit in these (prepared flags in real topics are not units): the
+    # table stays as it is, with the rows of the run that built it.
+    write_store(b, varied(12, start=7000))
+    plain = ingest(spark, data, lake)
+    assert plain["messages"] == 12 and plain["appended"]["transactions"] == 0
+    assert versions(lake)["transactions"] == before + 1
+    assert {(r["uniq_key"], r["state"]) for r in rows(spark, lake, "transactions")} == tx
 
 
 def _corrupt(store: Path, offset: int, data: bytes) -> None:
