@@ -29,6 +29,7 @@ from audit_lake import T0, build_lake
 from ingest_bench import _cpu_seconds
 from pyspark.sql import SparkSession
 
+from broker_runtime.common.progress import show_progress
 from pipeline.lake import table_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,7 @@ def main() -> int:
     sizes = [int(x) for x in args.sizes.split(",")]
     if len(sizes) != 2 or min(sizes) <= 0 or args.repeat < 1:
         p.error("--sizes takes two positive sizes; --repeat at least 1")
+    show_progress()  # the audit's per-table times, on stderr
     from pipeline.spark_session import build_spark
 
     t0 = time.perf_counter()
