@@ -23,7 +23,7 @@ from broker_runtime.common.progress import Ticker, reporter
 from broker_runtime.offsets.json_file import CorruptStateError
 from broker_runtime.offsets.offset_history import HISTORY_DIR
 from pipeline import schemas
-from pipeline.delta_io import DeltaIO
+from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs import ingest_state
 from pipeline.jobs.ingest_sources import (
     Ledgers,
@@ -31,6 +31,7 @@ from pipeline.jobs.ingest_sources import (
     find_brokers,
     find_ledgers,
     paths,
+    quarantine_row,
 )
 from pipeline.jobs.ledger_ingest import merge_ledgers
 from pipeline.jobs.maintenance import lake_lock
@@ -101,17 +102,24 @@ class _Ingest:
             f"lake {self.lake} ({self.io.backend} Delta backend)",
         )
         refuse_unkeyed(self.lake)
-        with ThreadPoolExecutor(4) as pool:  # new tables: a commit each, 0.3 s in delta-spark
-            list(pool.map(self._ensure_table, INGESTED_TABLES))
-        state = ingest_state.load_state(self._rows("ingest_checkpoint"))
-        if state.unfinished:
-            plan = ingest_state.resume_plan(state, brokers)
-            self.say(f"resuming run {plan.run}, which did not finish")
-        else:
-            plan = self._new_plan(state, brokers, range_bytes)
-        if plan.has_work and not plan.resumed:
-            self._append_rows("ingest_checkpoint", ingest_state.rows_for(plan, "planned"))
-        summaries = self._messages(plan, range_bytes)
+        new = {t for t in INGESTED_TABLES if not table_exists(self.path(t))}
+        for name in INGESTED_TABLES.keys() - new:  # an older version's: gains added columns
+            self._ensure_table(name)
+        # A new table is a commit (0.3 s in delta-spark): made while the CommitLog is read,
+        # but for those the first writes make with their first commit.
+        with ThreadPoolExecutor(4) as pool:
+            made = [pool.submit(self._ensure_table, t) for t in new - _FIRST_WRITTEN]
+            state = ingest_state.load_state(self._rows("ingest_checkpoint"))
+            if state.unfinished:
+                plan = ingest_state.resume_plan(state, brokers)
+                self.say(f"resuming run {plan.run}, which did not finish")
+            else:
+                plan = self._new_plan(state, brokers, range_bytes)
+            if plan.has_work and not plan.resumed:
+                self._append_rows("ingest_checkpoint", ingest_state.rows_for(plan, "planned"))
+            summaries = self._messages(plan, range_bytes)
+        for f in made:
+            f.result()
         self._consume_queues(plan)
         self._offsets(brokers, plan.run)
         self._filters(brokers, plan.run)
@@ -122,6 +130,8 @@ class _Ingest:
             self._append_rows(
                 "ingest_checkpoint", ingest_state.rows_for(plan, "done", self.results)
             )
+        for name in new & _FIRST_WRITTEN:  # not written by this run (nothing to read)
+            self._ensure_table(name)
         return self._summary(plan, started)
 
     # -- planning -------------------------------------------------------------------------
@@ -141,7 +151,7 @@ class _Ingest:
                 )
             if start < log.log_min:
                 self.quarantine.append(
-                    _bad(
+                    quarantine_row(
                         b,
                         "",
                         -1,
@@ -239,13 +249,15 @@ class _Ingest:
             snaps, bad = offset_history(b)
             for e in bad:
                 self.quarantine.append(
-                    _bad(b, str(HISTORY_DIR), 0, -1, 0, "bad_offsets_json", str(e))
+                    quarantine_row(b, str(HISTORY_DIR), 0, -1, 0, "bad_offsets_json", str(e))
                 )
             try:
                 snap = offset_snapshot(b)
             except CorruptStateError as e:
                 self.quarantine.append(
-                    _bad(b, "config/consumerOffset.json", 0, -1, 0, "bad_offsets_json", str(e))
+                    quarantine_row(
+                        b, "config/consumerOffset.json", 0, -1, 0, "bad_offsets_json", str(e)
+                    )
                 )
                 snap = None
             for one in [*snaps, *([snap] if snap is not None else [])]:
@@ -264,7 +276,9 @@ class _Ingest:
                 snap = filter_snapshot(b)
             except CorruptStateError as e:
                 file = "config/consumerFilter.json"
-                self.quarantine.append(_bad(b, file, 0, -1, 0, "bad_filters_json", str(e)))
+                self.quarantine.append(
+                    quarantine_row(b, file, 0, -1, 0, "bad_filters_json", str(e))
+                )
                 continue
             if snap is not None and (*b.replica, snap.snapshot_ts) not in have:
                 rows += [{**r, "ingest_run": run} for r in snap.rows]
@@ -278,8 +292,8 @@ class _Ingest:
     def _quarantine(self, plan: ingest_state.RunPlan, summaries: Summaries) -> None:
         for s in summaries.values():
             b = Broker(s["broker"], s["broker_id"], "", s["cluster"])
-            for bad in s["bad"]:  # the fields of a BadRange, as _bad names them
-                self.quarantine.append(_bad(b, s["file"], **bad))
+            for bad in s["bad"]:  # the fields of a BadRange, as quarantine_row names them
+                self.quarantine.append(quarantine_row(b, s["file"], **bad))
         walked = {_replica(s) for s in summaries.values()}
         if not self.quarantine and not walked:
             return
@@ -358,6 +372,10 @@ class _Ingest:
         }
 
 
+# Tables whose first append (before the others' are needed) makes them.
+_FIRST_WRITTEN = {"ingest_checkpoint", "messages"}
+
+
 def _replica(row: dict[str, Any]) -> tuple[str, str, int]:
     return (row["cluster"], row["broker"], row["broker_id"])
 
@@ -368,27 +386,3 @@ def _snapshot(row: dict[str, Any]) -> tuple[str, str, int, int]:
 
 def _quarantine_key(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(row[k] for k in TABLES["quarantine"].key)
-
-
-def _bad(
-    b: Broker,
-    file: str,
-    position: int,
-    log_offset: int,
-    length: int,
-    reason: str,
-    detail: str,
-    final: bool = True,
-) -> dict[str, Any]:
-    return {
-        "cluster": b.cluster,
-        "broker": b.name,
-        "broker_id": b.broker_id,
-        "file": file,
-        "position": position,
-        "log_offset": log_offset,
-        "length": length,
-        "reason": reason,
-        "detail": detail,
-        "final": final,
-    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker_runtime.common.constants import DEFAULT_CLUSTER
 from pipeline.readers.commitlog import Broker
@@ -83,3 +84,28 @@ def find_ledgers(
             raise ValueError(f"--ledger-url: whose ledgers, of clusters {clusters}?")
         out.append(Ledgers(clusters[0], ledger_sources(None, ledger_url)))
     return out
+
+
+def quarantine_row(
+    b: Broker,
+    file: str,
+    position: int,
+    log_offset: int,
+    length: int,
+    reason: str,
+    detail: str,
+    final: bool = True,
+) -> dict[str, Any]:
+    """A `quarantine` row: what of which broker's file could not be ingested, and why."""
+    return {
+        "cluster": b.cluster,
+        "broker": b.name,
+        "broker_id": b.broker_id,
+        "file": file,
+        "position": position,
+        "log_offset": log_offset,
+        "length": length,
+        "reason": reason,
+        "detail": detail,
+        "final": final,
+    }
