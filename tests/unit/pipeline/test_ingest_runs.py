@@ -110,8 +110,7 @@ def test_transactions_are_rebuilt_by_a_run_that_read_transactional_units(
     ingest(spark, data, lake)
     before = versions(lake)["transactions"]
     b = data / "brokers" / "broker-b" / "master"
-    props = {UNIQ_KEY: "TX-HALF-1", PRODUCER_GROUP: "pg", REAL_TOPIC: "Topic0"}
-    props[REAL_QUEUE_ID] = "1"
+    props = {UNIQ_KEY: "TX-HALF-1", PRODUCER_GROUP: "pg", REAL_TOPIC: "Topic0", REAL_QUEUE_ID: "1"}
     write_store(b, [Message(TRANS_HALF_TOPIC, b"x", props, sys_flag=4, born_timestamp=T0)])
     run = ingest(spark, data, lake)
     assert run["appended"]["transactions"] >= 1 and versions(lake)["transactions"] == before + 1
