@@ -317,7 +317,7 @@ class _Ingest:
     def _transactions(self, run: int, summaries: Summaries) -> None:
         """Rebuild `transactions` whole from all of `messages` (a transaction's units span
         runs) if this run read transactional units, or the table, new in a lake with earlier
-        runs, was never built. Otherwise it is what a rebuild would give (but for its runs)."""
+        runs, was never built. Otherwise it holds what a rebuild would give (but `ingest_run`)."""
         path = self.path("transactions")
         units = sum(s["transaction_units"] for s in summaries.values())
         if not units and (run == 1 or DeltaTable(path).version() > 0):

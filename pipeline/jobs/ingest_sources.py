@@ -1,5 +1,6 @@
 """What an ingest reads: the brokers of its data dirs and broker configs, each data dir's
-ledgers, each named by its cluster (checked before Spark starts)."""
+ledgers, each named by its cluster (checked before Spark starts); and the `quarantine` row
+of what of them could not be read."""
 
 from __future__ import annotations
 
