@@ -5,9 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
+CLASSES_STAMP := $(VENV)/.class-archive
 DEMO_OUT ?= demo-out
 
-.PHONY: venv delta-jars system-deps toxiproxy docs-assets interop-build interop demo test test-native check bench lock clean
+.PHONY: venv delta-jars class-archive system-deps toxiproxy docs-assets interop-build interop demo test test-native check bench lock clean
 
 $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/store/_accel*.[ch]) \
           broker_runtime/remoting/_header.c $(wildcard pipeline/readers/_scan*.[ch])
@@ -16,7 +17,7 @@ $(STAMP): requirements.lock pyproject.toml setup.py $(wildcard broker_runtime/st
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
-venv: $(JARS_STAMP)
+venv: $(CLASSES_STAMP)
 
 # Delta Lake's jars for the installed delta-spark, resolved once into Spark's Ivy cache
 # (~/.ivy2.5.2) from Maven Central, so that later sessions start offline with the native
@@ -30,6 +31,19 @@ $(JARS_STAMP): $(STAMP)
 delta-jars: $(STAMP)
 	$(PY) -m pipeline.spark_session fetch-delta-jars
 	@touch $(JARS_STAMP)
+
+# A class-data-sharing archive of the JVM classes one small `pipeline run` loads
+# (pipeline/class_archive.py): later Spark sessions map it instead of loading those classes
+# again. Made once per .venv, after the Delta jars (about 2 minutes); without it, sessions
+# start as before.
+$(CLASSES_STAMP): $(JARS_STAMP)
+	@$(PY) -m pipeline.class_archive build \
+	  || echo "class archive not made: Spark sessions load their classes without it"
+	@touch $(CLASSES_STAMP)
+
+class-archive: $(JARS_STAMP)
+	$(PY) -m pipeline.class_archive build
+	@touch $(CLASSES_STAMP)
 
 # Debian programs the tests start on loopback (ledgers on PostgreSQL, de-dup on Redis, the
 # reports rendered in headless Chromium, RabbitMQ audited like our own brokers, npm for the
@@ -78,7 +92,7 @@ $(DOCS_ASSETS_STAMP): expectations/docs_assets/package.json expectations/docs_as
 
 docs-assets: $(DOCS_ASSETS_STAMP)
 
-demo: $(JARS_STAMP) docs-assets
+demo: $(CLASSES_STAMP) docs-assets
 	$(VENV)/bin/mqaudit demo --out $(DEMO_OUT)
 
 # Two workers (the CI machine has 2 cores; most tests wait on servers and subprocesses).
@@ -87,11 +101,11 @@ demo: $(JARS_STAMP) docs-assets
 # first; xdist would otherwise start the files with the most tests first). TEST_WORKERS=0
 # runs everything in this process.
 TEST_WORKERS ?= 2
-test: $(JARS_STAMP) interop-build docs-assets
+test: $(CLASSES_STAMP) interop-build docs-assets
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The whole suite on the native delta-spark backend (`make test` runs most of it embedded).
-test-native: $(JARS_STAMP) interop-build docs-assets
+test-native: $(CLASSES_STAMP) interop-build docs-assets
 	MQAUDIT_DELTA_BACKEND=native $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Apache RocketMQ for the interop tests (tests/interop/pom.xml): the first build downloads it
@@ -123,7 +137,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: $(JARS_STAMP) interop-build
+bench: $(CLASSES_STAMP) interop-build
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/ingest_bench.py

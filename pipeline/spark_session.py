@@ -12,7 +12,8 @@ machine's). Where the jars are not there (a
 machine that cannot reach Maven Central), sessions start without them and
 pipeline.delta_io falls back to its embedded delta-rs backend; one log line says so.
 MQAUDIT_DELTA_BACKEND=embedded|native forces a backend (native: the jars are fetched if
-missing, and a failure to get them is an error, not a fallback).
+missing, and a failure to get them is an error, not a fallback). A session that starts its
+JVM maps the class archive set-up made (pipeline.class_archive), where there is one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
+
+from pipeline import class_archive
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +199,11 @@ def build_spark(
         # messages): about ten py4j round trips per call, half of the time the audit spends
         # building its plans. Static: it holds from the session's start.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
     settings = {**SQL_CONF, **delta_conf(conf), **(conf or {})}
+    # The caller's JVM options, else quiet logs; both map the class archive where there is one.
+    java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+    settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive.java_options()}".strip()
     if "SPARK_DRIVER_MEMORY" not in os.environ:
         settings.setdefault("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
     packages = settings.get("spark.jars.packages")

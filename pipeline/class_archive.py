@@ -1,0 +1,150 @@
+"""A class-data-sharing (AppCDS) archive of the JVM classes a pipeline run loads.
+
+A new Spark session spends most of its start, and much of its first queries, loading and
+verifying the classes of Spark, Delta Lake and their libraries, the same ones every time.
+HotSpot's dynamic CDS (`-XX:ArchiveClassesAtExit`, JDK 13+) records the classes a JVM loaded
+into a file that later JVMs map instead (`-XX:SharedArchiveFile`). Set-up (`make`, after the
+Delta jars) runs one small `pipeline run` (a generated store of a few messages: ingest,
+gates, audit, reports) with the recording on, so the archive holds what the pipeline uses.
+
+The JVM checks an archive itself: made by another JDK build, or on a class path whose jars
+changed since, it is not used (HotSpot warns and loads the classes as usual). The class
+path also starts with SPARK_CONF_DIR and the other directories Spark's launcher puts first,
+so a session uses the archive only when those are what they were at recording (ARCHIVE_ENV);
+otherwise it starts as it would without one. MQAUDIT_CLASS_ARCHIVE=off turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SWITCH_ENV = "MQAUDIT_CLASS_ARCHIVE"  # "off": sessions start without the archive
+RECORD_ENV = "MQAUDIT_CLASS_ARCHIVE_RECORD"  # set by build(): the session records into it
+# What Spark's launcher builds the driver's class path from (besides the jars themselves,
+# whose changes the JVM detects).
+ARCHIVE_ENV = (
+    "JAVA_HOME",
+    "SPARK_HOME",
+    "SPARK_CONF_DIR",
+    "HADOOP_CONF_DIR",
+    "YARN_CONF_DIR",
+    "SPARK_DIST_CLASSPATH",
+)
+RECORD_MESSAGES = 40
+
+
+def archive_path() -> Path:
+    """The archive of this environment's JVM classes (next to its installed packages)."""
+    return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
+
+
+def _launch_env() -> dict[str, str]:
+    return {name: os.environ.get(name, "") for name in ARCHIVE_ENV}
+
+
+def _key_path(archive: Path) -> Path:
+    return archive.with_suffix(".json")
+
+
+def java_options(archive: Path | None = None) -> str:
+    """The JVM options a new session's driver gets: record into the archive (set-up), map
+    it (where it was recorded for this launch environment), or nothing."""
+    recording = os.environ.get(RECORD_ENV)
+    if recording:
+        # Not its warnings of each class it cannot keep (generated, signed or old-format ones).
+        return f"-XX:ArchiveClassesAtExit={recording} -Xlog:cds=off,cds+dynamic=off"
+    if os.environ.get(SWITCH_ENV) == "off":
+        return ""
+    archive = archive or archive_path()
+    try:
+        recorded = json.loads(_key_path(archive).read_text())
+    except (OSError, ValueError):
+        return ""
+    if recorded != _launch_env() or not archive.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={archive}"
+
+
+def _record_run(work: Path) -> None:
+    """The recording session's workload: a small store through `pipeline run`, then the JVM
+    stopped and waited for (it writes the archive as it exits)."""
+    from pyspark import SparkContext
+
+    from broker_runtime.common.config import StoreConfig
+    from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
+    from broker_runtime.store.message_store import MessageStore
+    from pipeline.run import run_pipeline
+    from pipeline.spark_session import build_spark
+    from pipeline.steps import RunInputs
+
+    data = work / "data"
+    store = MessageStore(StoreConfig(store_dir=data / "brokers" / "broker-a" / "master"))
+    born = int(time.time() * 1000)
+    store.put_messages(
+        [
+            Message(
+                f"SetupTopic{i % 2}",
+                b"x" * 64,
+                {UNIQ_KEY: f"{i:032X}", TAGS: f"Tag{i % 2}", KEYS: f"k{i}"},
+                i % 4,
+                0,
+                0,
+                born,
+            )
+            for i in range(RECORD_MESSAGES)
+        ]
+    )
+    store.wait_dispatched(None)
+    store.shutdown()
+    spark = build_spark("mqaudit-class-archive")
+    inputs = RunInputs(
+        lake=work / "lake", data_dirs=(data,), out=work / "out", cluster="setup", progress=False
+    )
+    run_pipeline(inputs, spark)
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is None or proc is None:
+        raise RuntimeError("the Spark JVM was not started by this process")
+    gateway.shutdown()
+    proc.stdin.close()  # the gateway server exits when its stdin closes
+    proc.wait(timeout=600)
+
+
+def build(archive: Path | None = None) -> int:
+    """Set-up: record the archive (in a child process, so that its JVM is the first and
+    only one); 0 when it was written."""
+    archive = archive or archive_path()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mqaudit-cds-") as tmp:
+        recording = Path(tmp) / "classes.jsa"
+        env = {**os.environ, RECORD_ENV: str(recording)}
+        child = [sys.executable, "-m", "pipeline.class_archive", "record", tmp]
+        done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL, check=False)
+        if done.returncode != 0 or not recording.is_file():
+            print(f"class-archive: recording failed (exit {done.returncode})", file=sys.stderr)
+            return 1
+        partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+        shutil.move(recording, partial)
+        partial.replace(archive)  # a session starting now maps the old file or this one
+    _key_path(archive).write_text(json.dumps(_launch_env(), indent=1) + "\n")
+    size = archive.stat().st_size / 2**20
+    print(f"class-archive: {archive} ({size:.0f} MiB, {time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["record"] and len(sys.argv) == 3 and os.environ.get(RECORD_ENV):
+        _record_run(Path(sys.argv[2]))
+    elif sys.argv[1:] == ["build"]:
+        sys.exit(build())
+    else:
+        sys.exit("usage: python -m pipeline.class_archive build")
