@@ -10,7 +10,8 @@ gates, audit, reports) with the recording on, so the archive holds what the pipe
 The JVM checks an archive itself: made by another JDK build, or on a class path whose jars
 changed since, it is not used (HotSpot warns and loads the classes as usual). The class
 path also starts with SPARK_CONF_DIR and the other directories Spark's launcher puts first,
-so a session uses the archive only when those are what they were at recording (ARCHIVE_ENV);
+so a session uses the archive only when those are what they were at recording
+(`CLASS_ARCHIVE_LAUNCH_ENV` in pipeline.spark_session, which adds the options to a session);
 otherwise it starts as it would without one. MQAUDIT_CLASS_ARCHIVE=off turns it off.
 """
 
@@ -25,65 +26,26 @@ import tempfile
 import time
 from pathlib import Path
 
-SWITCH_ENV = "MQAUDIT_CLASS_ARCHIVE"  # "off": sessions start without the archive
-RECORD_ENV = "MQAUDIT_CLASS_ARCHIVE_RECORD"  # set by build(): the session records into it
-# What Spark's launcher builds the driver's class path from (besides the jars themselves,
-# whose changes the JVM detects).
-ARCHIVE_ENV = (
-    "JAVA_HOME",
-    "SPARK_HOME",
-    "SPARK_CONF_DIR",
-    "HADOOP_CONF_DIR",
-    "YARN_CONF_DIR",
-    "SPARK_DIST_CLASSPATH",
+from pyspark import SparkContext
+
+from broker_runtime.common.config import StoreConfig
+from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
+from broker_runtime.store.message_store import MessageStore
+from pipeline.run import run_pipeline
+from pipeline.spark_session import (
+    CLASS_ARCHIVE_RECORD_ENV,
+    build_spark,
+    class_archive_path,
+    launch_env,
 )
+from pipeline.steps import RunInputs
+
 RECORD_MESSAGES = 40
-
-
-def archive_path() -> Path:
-    """The archive of this environment's JVM classes (next to its installed packages)."""
-    return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
-
-
-def _launch_env() -> dict[str, str]:
-    return {name: os.environ.get(name, "") for name in ARCHIVE_ENV}
-
-
-def _key_path(archive: Path) -> Path:
-    return archive.with_suffix(".json")
-
-
-def java_options(archive: Path | None = None) -> str:
-    """The JVM options a new session's driver gets: record into the archive (set-up), map
-    it (where it was recorded for this launch environment), or nothing."""
-    recording = os.environ.get(RECORD_ENV)
-    if recording:
-        # Not its warnings of each class it cannot keep (generated, signed or old-format ones).
-        return f"-XX:ArchiveClassesAtExit={recording} -Xlog:cds=off,cds+dynamic=off"
-    if os.environ.get(SWITCH_ENV) == "off":
-        return ""
-    archive = archive or archive_path()
-    try:
-        recorded = json.loads(_key_path(archive).read_text())
-    except (OSError, ValueError):
-        return ""
-    if recorded != _launch_env() or not archive.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={archive}"
 
 
 def _record_run(work: Path) -> None:
     """The recording session's workload: a small store through `pipeline run`, then the JVM
     stopped and waited for (it writes the archive as it exits)."""
-    from pyspark import SparkContext
-
-    from broker_runtime.common.config import StoreConfig
-    from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
-    from broker_runtime.store.message_store import MessageStore
-    from pipeline.run import run_pipeline
-    from pipeline.spark_session import build_spark
-    from pipeline.steps import RunInputs
-
     data = work / "data"
     store = MessageStore(StoreConfig(store_dir=data / "brokers" / "broker-a" / "master"))
     born = int(time.time() * 1000)
@@ -121,12 +83,12 @@ def _record_run(work: Path) -> None:
 def build(archive: Path | None = None) -> int:
     """Set-up: record the archive (in a child process, so that its JVM is the first and
     only one); 0 when it was written."""
-    archive = archive or archive_path()
+    archive = archive or class_archive_path()
     archive.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mqaudit-cds-") as tmp:
         recording = Path(tmp) / "classes.jsa"
-        env = {**os.environ, RECORD_ENV: str(recording)}
+        env = {**os.environ, CLASS_ARCHIVE_RECORD_ENV: str(recording)}
         child = [sys.executable, "-m", "pipeline.class_archive", "record", tmp]
         done = subprocess.run(child, env=env, stdout=subprocess.DEVNULL, check=False)
         if done.returncode != 0 or not recording.is_file():
@@ -135,14 +97,18 @@ def build(archive: Path | None = None) -> int:
         partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
         shutil.move(recording, partial)
         partial.replace(archive)  # a session starting now maps the old file or this one
-    _key_path(archive).write_text(json.dumps(_launch_env(), indent=1) + "\n")
+    archive.with_suffix(".json").write_text(json.dumps(launch_env(), indent=1) + "\n")
     size = archive.stat().st_size / 2**20
     print(f"class-archive: {archive} ({size:.0f} MiB, {time.monotonic() - started:.0f} s)")
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["record"] and len(sys.argv) == 3 and os.environ.get(RECORD_ENV):
+    if (
+        sys.argv[1:2] == ["record"]
+        and len(sys.argv) == 3
+        and os.environ.get(CLASS_ARCHIVE_RECORD_ENV)
+    ):
         _record_run(Path(sys.argv[2]))
     elif sys.argv[1:] == ["build"]:
         sys.exit(build())

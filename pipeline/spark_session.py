@@ -18,6 +18,7 @@ JVM maps the class archive set-up made (pipeline.class_archive), where there is 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -27,8 +28,6 @@ from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
-
-from pipeline import class_archive
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +70,50 @@ SMALL_DATA_SPARK = {
 DELTA_SQL_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
 }
+
+
+# The class-data-sharing archive set-up records (pipeline.class_archive, which says why).
+CLASS_ARCHIVE_ENV = "MQAUDIT_CLASS_ARCHIVE"  # "off": sessions start without the archive
+CLASS_ARCHIVE_RECORD_ENV = "MQAUDIT_CLASS_ARCHIVE_RECORD"  # a recording session's file
+# What Spark's launcher builds the driver's class path from, besides the jars themselves
+# (whose changes the JVM detects): an archive is mapped only where these are as recorded.
+CLASS_ARCHIVE_LAUNCH_ENV = (
+    "JAVA_HOME",
+    "SPARK_HOME",
+    "SPARK_CONF_DIR",
+    "HADOOP_CONF_DIR",
+    "YARN_CONF_DIR",
+    "SPARK_DIST_CLASSPATH",
+)
+
+
+def class_archive_path() -> Path:
+    """The archive of this environment's JVM classes (next to its installed packages)."""
+    return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
+
+
+def launch_env() -> dict[str, str]:
+    """The launch environment an archive is recorded for (CLASS_ARCHIVE_LAUNCH_ENV)."""
+    return {name: os.environ.get(name, "") for name in CLASS_ARCHIVE_LAUNCH_ENV}
+
+
+def class_archive_options(archive: Path | None = None) -> str:
+    """The JVM options of a new session's driver for the archive: record into it (set-up),
+    map it (where it was recorded for this launch environment), or nothing."""
+    recording = os.environ.get(CLASS_ARCHIVE_RECORD_ENV)
+    if recording:
+        # Not its warnings of each class it cannot keep (generated, signed or old-format ones).
+        return f"-XX:ArchiveClassesAtExit={recording} -Xlog:cds=off,cds+dynamic=off"
+    if os.environ.get(CLASS_ARCHIVE_ENV) == "off":
+        return ""
+    archive = archive or class_archive_path()
+    try:
+        recorded = json.loads(archive.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if recorded != launch_env() or not archive.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={archive}"
 
 
 def forced_backend() -> str | None:
@@ -203,7 +246,7 @@ def build_spark(
     settings = {**SQL_CONF, **delta_conf(conf), **(conf or {})}
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-    settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive.java_options()}".strip()
+    settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive_options()}".strip()
     if "SPARK_DRIVER_MEMORY" not in os.environ:
         settings.setdefault("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
     packages = settings.get("spark.jars.packages")

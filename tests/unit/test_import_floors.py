@@ -46,7 +46,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "pipeline.demo_summary", "pipeline.demo_remedies", "pipeline.demo_dags",
         "pipeline.demo_rabbit",
         "dags.spark_app",
-        "pipeline.airflow_local",
+        "pipeline.airflow_local", "pipeline.class_archive",
     )),
 ]  # fmt: skip
 

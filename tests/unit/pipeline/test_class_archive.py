@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import class_archive
-from pipeline.class_archive import ARCHIVE_ENV, RECORD_ENV, SWITCH_ENV, java_options
+from pipeline.spark_session import (
+    CLASS_ARCHIVE_ENV,
+    CLASS_ARCHIVE_LAUNCH_ENV,
+    CLASS_ARCHIVE_RECORD_ENV,
+    class_archive_options,
+    class_archive_path,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -20,37 +25,41 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An archive recorded for this test's launch environment (its content is not read)."""
-    for name in (RECORD_ENV, SWITCH_ENV, *ARCHIVE_ENV):
+    for name in (CLASS_ARCHIVE_RECORD_ENV, CLASS_ARCHIVE_ENV, *CLASS_ARCHIVE_LAUNCH_ENV):
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "spark-classes.jsa"
     path.write_bytes(b"jsa")
-    path.with_suffix(".json").write_text(json.dumps({name: "" for name in ARCHIVE_ENV}))
+    path.with_suffix(".json").write_text(
+        json.dumps({name: "" for name in CLASS_ARCHIVE_LAUNCH_ENV})
+    )
     return path
 
 
 def test_a_session_maps_the_archive_recorded_for_its_launch_environment(archive: Path) -> None:
-    assert java_options(archive) == f"-XX:SharedArchiveFile={archive}"
+    assert class_archive_options(archive) == f"-XX:SharedArchiveFile={archive}"
 
 
 def test_another_class_path_a_missing_archive_or_the_switch_leave_it_out(
     archive: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # the first entry of the class path
-    assert java_options(archive) == ""
+    assert class_archive_options(archive) == ""
     monkeypatch.delenv("SPARK_CONF_DIR")
-    monkeypatch.setenv(SWITCH_ENV, "off")
-    assert java_options(archive) == ""
-    monkeypatch.delenv(SWITCH_ENV)
+    monkeypatch.setenv(CLASS_ARCHIVE_ENV, "off")
+    assert class_archive_options(archive) == ""
+    monkeypatch.delenv(CLASS_ARCHIVE_ENV)
     archive.unlink()
-    assert java_options(archive) == ""
-    assert java_options(tmp_path / "never-made.jsa") == ""
+    assert class_archive_options(archive) == ""
+    assert class_archive_options(tmp_path / "never-made.jsa") == ""
 
 
 def test_the_recording_session_records_instead_of_mapping(
     archive: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(RECORD_ENV, str(tmp_path / "new.jsa"))
-    assert java_options(archive).startswith(f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} ")
+    monkeypatch.setenv(CLASS_ARCHIVE_RECORD_ENV, str(tmp_path / "new.jsa"))
+    assert class_archive_options(archive).startswith(
+        f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} "
+    )
 
 
 _SESSION = """
@@ -68,10 +77,10 @@ spark.stop()
 def test_a_new_session_loads_spark_and_delta_from_the_set_up_archive(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(SWITCH_ENV, raising=False)
-    monkeypatch.delenv(RECORD_ENV, raising=False)
-    if java_options() == "":
-        why = f"no class archive for this launch environment at {class_archive.archive_path()}"
+    monkeypatch.delenv(CLASS_ARCHIVE_ENV, raising=False)
+    monkeypatch.delenv(CLASS_ARCHIVE_RECORD_ENV, raising=False)
+    if class_archive_options() == "":
+        why = f"no class archive for this launch environment at {class_archive_path()}"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why}: `make` builds it after the Delta jars")
         pytest.skip(f"{why} (make builds it)")
