@@ -35,6 +35,7 @@ from pipeline.run import run_pipeline
 from pipeline.spark_session import (
     CLASS_ARCHIVE_RECORD_ENV,
     build_spark,
+    class_archive_env_file,
     class_archive_path,
     launch_env,
 )
@@ -97,7 +98,7 @@ def build(archive: Path | None = None) -> int:
         partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
         shutil.move(recording, partial)
         partial.replace(archive)  # a session starting now maps the old file or this one
-    archive.with_suffix(".json").write_text(json.dumps(launch_env(), indent=1) + "\n")
+    class_archive_env_file(archive).write_text(json.dumps(launch_env(), indent=1) + "\n")
     size = archive.stat().st_size / 2**20
     print(f"class-archive: {archive} ({size:.0f} MiB, {time.monotonic() - started:.0f} s)")
     return 0

@@ -92,6 +92,11 @@ def class_archive_path() -> Path:
     return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
 
 
+def class_archive_env_file(archive: Path) -> Path:
+    """Where the launch environment an archive was recorded in is kept (JSON)."""
+    return archive.with_suffix(".json")
+
+
 def launch_env() -> dict[str, str]:
     """The launch environment an archive is recorded for (CLASS_ARCHIVE_LAUNCH_ENV)."""
     return {name: os.environ.get(name, "") for name in CLASS_ARCHIVE_LAUNCH_ENV}
@@ -108,7 +113,7 @@ def class_archive_options(archive: Path | None = None) -> str:
         return ""
     archive = archive or class_archive_path()
     try:
-        recorded = json.loads(archive.with_suffix(".json").read_text())
+        recorded = json.loads(class_archive_env_file(archive).read_text())
     except (OSError, ValueError):
         return ""
     if recorded != launch_env() or not archive.is_file():

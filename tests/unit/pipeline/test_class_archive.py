@@ -15,11 +15,11 @@ from pipeline.spark_session import (
     CLASS_ARCHIVE_ENV,
     CLASS_ARCHIVE_LAUNCH_ENV,
     CLASS_ARCHIVE_RECORD_ENV,
+    class_archive_env_file,
     class_archive_options,
     class_archive_path,
 )
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "spark-classes.jsa"
     path.write_bytes(b"jsa")
-    path.with_suffix(".json").write_text(
+    class_archive_env_file(path).write_text(
         json.dumps({name: "" for name in CLASS_ARCHIVE_LAUNCH_ENV})
     )
     return path
