@@ -16,11 +16,11 @@
   (vacuum removes them). Reads give Spark the table's current file list.
 
 Same tables, schemas and semantics in both, and each reads, appends to and merges into the
-other's tables. Driver-side look-ups (does the table exist, its `txn` versions, its history,
-small tables as Arrow) go through delta-rs' log reader and pyarrow for either backend: no
-Spark job, and never delta-rs' own pyarrow readers, which can abort the process at exit
-(delta-io/delta-rs#2184). Appends carry a Delta `txn` (app id, version): an append whose
-version the table already has is skipped, so re-running a job changes nothing.
+other's tables. Driver-side look-ups (the table's existence, `txn` versions, history, small
+tables as Arrow, and `read`'s small current versions, which Spark gets in memory) use
+delta-rs' log reader and pyarrow for either backend: no Spark job, and never delta-rs' own
+pyarrow readers, which can abort the process at exit (delta-io/delta-rs#2184). Appends carry
+a Delta `txn` (app id, version): an append whose version the table already has is skipped.
 Set MQAUDIT_DELTA_BACKEND=embedded|native to force a backend.
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from functools import reduce
 from typing import Any
 
 import pyarrow as pa
@@ -44,8 +45,10 @@ from pipeline.delta_files import (
     commit,
     current_files,
     parquet_files,
+    plain_and_small,
     read_arrow,
     rows_of,
+    small_read_bytes,
     spark_file_row,
     stage_dir,
 )
@@ -85,10 +88,13 @@ class DeltaIO:
         timestamp: datetime | None = None,
     ) -> DataFrame:
         """The table as a DataFrame with exactly `schema`'s columns (empty if no table): its
-        current version, or as of a `version`, or as of a (UTC) `timestamp`."""
+        current version, or as of a `version`, or as of a (UTC) `timestamp`. A small current
+        version (`small_read_bytes`) is read on the driver and handed to Spark in memory."""
         names = [f.name for f in schema.fields]
         if not table_exists(path):
             return self.spark.createDataFrame([], schema)
+        if version is None and timestamp is None and plain_and_small(path, small_read_bytes()):
+            return self.spark.createDataFrame(read_arrow(path, schema), schema)
         if self.backend == "native":
             reader = self.spark.read.format("delta")
             if version is not None:
@@ -107,10 +113,7 @@ class DeltaIO:
             frames.append(df.select(*names))
         if not frames:
             return self.spark.createDataFrame([], schema)
-        out = frames[0]
-        for df in frames[1:]:
-            out = out.unionByName(df)
-        return out
+        return reduce(DataFrame.unionByName, frames)
 
     def read_small(self, path: str, schema: StructType) -> pa.Table:
         """A small table (checkpoints, snapshots, quarantine) as Arrow with exactly `schema`'s

@@ -4,7 +4,7 @@ tables."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipeline import spark_session
+from pipeline.delta_files import SMALL_READ_BYTES, SMALL_READ_ENV, plain_and_small
 from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
 from pipeline.schemas import struct_of
 from pipeline.spark_session import (
@@ -312,3 +313,46 @@ def test_each_backend_appends_to_and_merges_into_the_others_tables(
     at = datetime.fromtimestamp(sum(f.stat().st_mtime for f in log) / 2, UTC)
     for io in (a, b):
         assert sorted(tuple(r) for r in io.read(keyed, schema, timestamp=at).collect()) == start
+
+
+@pytest.mark.slow
+def test_a_small_current_version_is_read_in_memory_with_the_same_rows_as_sparks_read(
+    io: DeltaIO, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    typed = struct_of("k:long, day:date, v:str, m:map")
+    path = str(tmp_path / "t")
+    days = [date(2025, 1, 1), date(2025, 1, 2), None]
+    rows = [
+        (k, days[k % 3], [ODD, None][k % 2], {"x": str(k)} if k % 4 else None) for k in range(9)
+    ]
+    io.append(spark.createDataFrame(rows, typed), path, typed, ["day"])
+    io.append(spark.createDataFrame(rows[:2], typed), path, typed, ["day"])  # two commits
+
+    def read(bound: int) -> tuple[list[tuple[Any, ...]], bool]:
+        monkeypatch.setenv(SMALL_READ_ENV, str(bound))
+        df = io.read(path, typed)
+        assert df.schema == typed
+        return sorted((tuple(r) for r in df.collect()), key=repr), not df.inputFiles()
+
+    in_memory, by_spark = read(SMALL_READ_BYTES), read(0)
+    assert in_memory[1] and not by_spark[1]  # no files for Spark to scan: rows in memory
+    assert in_memory[0] == by_spark[0] == sorted(rows + rows[:2], key=repr)
+    size = sum(DeltaTable(path).get_add_actions(flatten=True).column("size_bytes").to_pylist())
+    assert read(size)[1] and not read(size - 1)[1]  # the bound is on the files' bytes
+    monkeypatch.setenv(SMALL_READ_ENV, "16M")
+    with pytest.raises(ValueError, match=SMALL_READ_ENV):
+        io.read(path, typed)
+
+
+@pytest.mark.slow
+def test_a_table_with_deletion_vectors_is_read_by_spark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "dv")
+    df = spark.range(10).selectExpr("id AS k", "CAST(id AS STRING) AS v")
+    df.write.format("delta").option("delta.enableDeletionVectors", "true").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k < 3")
+    assert DeltaTable(path).protocol().min_reader_version == 3  # a file's rows are not all live
+    assert not plain_and_small(path, SMALL_READ_BYTES)
+    got = DeltaIO(spark, "native").read(path, struct_of("k:long, v:str")).collect()
+    assert sorted(r["k"] for r in got) == list(range(3, 10))
