@@ -201,7 +201,7 @@ def plain_and_small(path: str, max_bytes: int) -> bool:
     if dt.protocol().min_reader_version > 1:
         return False
     sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes")
-    return sum(sizes.to_pylist()) <= max_bytes
+    return bool(sum(sizes.to_pylist()) <= max_bytes)
 
 
 def read_arrow(path: str, schema: StructType) -> pa.Table:
