@@ -158,6 +158,12 @@ def commit(
     return sum(rows_of(f["stats"]) for f in files)
 
 
+def live_files(path: str, version: int) -> list[dict[str, Any]]:
+    """The `add` actions of the files live in the table's `version` (path, size_bytes,
+    partition_values, ...), as delta-rs' log reader lists them."""
+    return list(pa.table(DeltaTable(path, version=version).get_add_actions()).to_pylist())
+
+
 def current_files(
     path: str, version: int | None = None, timestamp: datetime | None = None
 ) -> tuple[list[str], dict[tuple[str | None, ...], list[str]]]:

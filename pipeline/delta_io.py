@@ -5,7 +5,9 @@
   upserts, appends carry `txnAppId`/`txnVersion`. Rows made in the Python workers
   (`append_generated`) or on the driver (`append_rows`): pyarrow writes the data files
   there, as for the embedded backend, and delta-spark's transaction commits them with the
-  append's `txn` (pipeline.delta_native).
+  append's `txn` (pipeline.delta_native); a whole table's `overwrite` too, its files written
+  by Spark's parquet writer as below (delta-spark's overwrite first lists the files it
+  removes with a Spark job: about 1 s of each small audit table's write).
 - `embedded` (where the jars cannot be fetched, or forced): delta-rs (`deltalake`) owns the
   transaction log and Spark does the compute. Large writes: Spark executors write plain
   parquet files into a fresh directory under the table root (`w-<uuid>/<partition dirs>`) -
@@ -249,9 +251,6 @@ class DeltaIO:
         """Replace all of the table's rows with `df`'s in one commit (creating the table);
         returns the rows written."""
         df = df.select(*[f.name for f in schema.fields])
-        if self.backend == "native":
-            df.write.format("delta").mode("overwrite").save(path)
-            return _last_output_rows(path)
         stage, files = self._write_files(df, path, ())
         mode = "overwrite" if table_exists(path) else "append"
         n = self._commit(path, schema, (), files, mode, None)
@@ -380,8 +379,9 @@ class DeltaIO:
         if mode == "append" and not sum(rows_of(f["stats"]) for f in files):
             self.ensure_table(path, schema, partition_by)
             return 0
-        if self.backend == "native" and mode == "append":
-            return commit_files(self.spark, path, files, schema, partition_by, txn)
+        if self.backend == "native":  # (partition overwrites are delta-spark's replaceWhere)
+            overwrite = mode == "overwrite"
+            return commit_files(self.spark, path, files, schema, partition_by, txn, overwrite)
         return commit(path, schema, partition_by, files, mode, txn, partition_filters)
 
 

@@ -356,3 +356,30 @@ def test_a_table_with_deletion_vectors_is_read_by_spark(
     assert not plain_and_small(path, SMALL_READ_BYTES)
     got = DeltaIO(spark, "native").read(path, struct_of("k:long, v:str")).collect()
     assert sorted(r["k"] for r in got) == list(range(3, 10))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "second"), [("native", "embedded"), ("embedded", "native")])
+def test_an_overwrite_replaces_every_row_of_either_backends_table(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, second: str
+) -> None:
+    a, b = DeltaIO(spark, first), DeltaIO(spark, second)
+    flat = struct_of("k:long, v:str")
+    path = str(tmp_path / "t")
+    a.append(spark.createDataFrame([(1, "a")], flat), path, flat)
+    a.append(spark.createDataFrame([(2, "b")], flat), path, flat)  # files of two commits
+    assert b.overwrite(spark.createDataFrame([(3, "c")], flat), path, flat) == 1
+    assert a.overwrite(spark.createDataFrame([], flat), path, flat) == 0
+    assert b.overwrite(spark.createDataFrame([(4, "d")], flat), path, flat) == 1
+    for bound in ("0", str(SMALL_READ_BYTES)):  # Spark's reader, and in memory
+        monkeypatch.setenv(SMALL_READ_ENV, bound)
+        for io in (a, b):
+            assert [tuple(r) for r in io.read(path, flat).collect()] == [(4, "d")]
+            assert sorted(tuple(r) for r in io.read(path, flat, version=1).collect()) == [
+                (1, "a"),
+                (2, "b"),
+            ]
+            assert [tuple(r) for r in io.read(path, flat, version=2).collect()] == [(3, "c")]
+            assert io.read(path, flat, version=3).collect() == []
+    ops = [(h["operation"], h["operationParameters"].get("mode")) for h in reversed(history(path))]
+    assert ops[2:] == [("WRITE", "Overwrite")] * 3, ops
