@@ -76,8 +76,7 @@ def audited(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -
             for name, schema in AUDIT_TABLES.items()
         }
         yield truth, rows, summary, appended, vhosts
-    finally:
-        spark.stop()
+    finally:  # the session stays: it is the worker's, which later files' fixtures hold
         for vhost in vhosts.values():
             rabbit_node.delete_vhost(vhost)
 

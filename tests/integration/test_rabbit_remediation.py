@@ -132,8 +132,7 @@ def world(rabbit_node: RabbitNode, tmp_path_factory: pytest.TempPathFactory) -> 
         ingest_ledgers(spark, lake, data, progress=False)
         yield World(rabbit_node, vhost, data, lake, spark)
     finally:
-        conn.close()
-        spark.stop()
+        conn.close()  # the session stays: it is the worker's, which later files' fixtures hold
         rabbit_node.delete_vhost(vhost)
 
 
