@@ -160,7 +160,7 @@ def commit(
 
 def live_files(path: str, version: int) -> list[dict[str, Any]]:
     """The `add` actions of the files live in the table's `version` (path, size_bytes,
-    partition_values, ...), as delta-rs' log reader lists them."""
+    partition, ...), as delta-rs' log reader lists them."""
     return list(pa.table(DeltaTable(path, version=version).get_add_actions()).to_pylist())
 
 

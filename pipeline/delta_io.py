@@ -96,7 +96,8 @@ class DeltaIO:
         if not table_exists(path):
             return self.spark.createDataFrame([], schema)
         if version is None and timestamp is None and plain_and_small(path, small_read_bytes()):
-            return self.spark.createDataFrame(read_arrow(path, schema), schema)
+            # One chunk: Spark stops reading at an empty batch (a 0-row file), losing the rest.
+            return self.spark.createDataFrame(read_arrow(path, schema).combine_chunks(), schema)
         if self.backend == "native":
             reader = self.spark.read.format("delta")
             if version is not None:

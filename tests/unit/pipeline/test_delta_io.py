@@ -8,14 +8,23 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipeline import spark_session
-from pipeline.delta_files import SMALL_READ_BYTES, SMALL_READ_ENV, plain_and_small
+from pipeline.delta_files import (
+    SMALL_READ_BYTES,
+    SMALL_READ_ENV,
+    commit,
+    plain_and_small,
+    spark_file_row,
+    stage_dir,
+)
 from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
-from pipeline.schemas import struct_of
+from pipeline.schemas import arrow_schema, struct_of
 from pipeline.spark_session import (
     BACKEND_ENV,
     delta_conf,
@@ -383,3 +392,25 @@ def test_an_overwrite_replaces_every_row_of_either_backends_table(
             assert io.read(path, flat, version=3).collect() == []
     ops = [(h["operation"], h["operationParameters"].get("mode")) for h in reversed(history(path))]
     assert ops[2:] == [("WRITE", "Overwrite")] * 3, ops
+
+
+@pytest.mark.slow
+def test_files_of_no_rows_between_others_lose_no_row_of_the_in_memory_read(
+    io: DeltaIO, spark: SparkSession, tmp_path: Path
+) -> None:
+    # A log table's appends can leave 0-row files; Spark's reading of Arrow batches stopped
+    # at the first empty one (the repair log lost a run's rows that way).
+    flat = struct_of("k:long, v:str")
+    path = str(tmp_path / "t")
+    batches = [[1], [], [2, 3], [], [4]]
+    for keys in batches:  # one file and one commit each
+        stage = Path(stage_dir(path))
+        stage.mkdir(parents=True)
+        rows = [{"k": k, "v": f"v{k}"} for k in keys]
+        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(flat)), stage / "f.parquet")
+        commit(path, flat, (), [spark_file_row(path, str(stage / "f.parquet"), ())], "append", None)
+    files = DeltaTable(path).get_add_actions(flatten=True).column("num_records").to_pylist()
+    assert sorted(files) == [0, 0, 1, 1, 2]
+    df = io.read(path, flat)
+    assert not df.inputFiles()  # in memory
+    assert sorted(r["k"] for r in df.collect()) == [1, 2, 3, 4]
