@@ -399,7 +399,7 @@ def test_files_of_no_rows_between_others_lose_no_row_of_the_in_memory_read(
     io: DeltaIO, spark: SparkSession, tmp_path: Path
 ) -> None:
     # A log table's appends can leave 0-row files; Spark's reading of Arrow batches stopped
-    # at the first empty one (the repair log lost a run's rows that way).
+    # at an empty one after rows (the repair log lost a run's rows that way).
     flat = struct_of("k:long, v:str")
     path = str(tmp_path / "t")
     batches = [[1], [], [2, 3], [], [4]]
