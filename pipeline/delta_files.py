@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,23 @@ def txn_version(path: str, app_id: str) -> int | None:
 
 def stage_dir(table_path: str) -> str:
     return f"{table_path.rstrip('/')}/w-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Data files written under a table's root (`stage`, a `stage_dir`) and not committed:
+    their DataFile rows. Until a commit names them no reader sees them; `discard` drops them."""
+
+    path: str  # the table's
+    stage: str
+    files: list[dict[str, Any]]
+
+    @property
+    def rows(self) -> int:
+        return sum(rows_of(f["stats"]) for f in self.files)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.stage, ignore_errors=True)
 
 
 def parquet_files(directory: str) -> list[str]:

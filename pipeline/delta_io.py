@@ -4,10 +4,9 @@
   delta-spark commits everything. DataFrames: `format("delta")` writes, `DeltaTable.merge`
   upserts, appends carry `txnAppId`/`txnVersion`. Rows made in the Python workers
   (`append_generated`) or on the driver (`append_rows`): pyarrow writes the data files
-  there, as for the embedded backend, and delta-spark's transaction commits them with the
-  append's `txn` (pipeline.delta_native); a whole table's `overwrite` too, its files written
-  by Spark's parquet writer as below (delta-spark's overwrite first lists the files it
-  removes with a Spark job: about 1 s of each small audit table's write).
+  there, and delta-spark's transaction commits them with the append's `txn`
+  (pipeline.delta_native); a whole table's `overwrite` too, its files written by Spark's
+  parquet writer as below (delta-spark's overwrite lists the files it removes with a job).
 - `embedded` (where the jars cannot be fetched, or forced): delta-rs (`deltalake`) owns the
   transaction log and Spark does the compute. Large writes: Spark executors write plain
   parquet files into a fresh directory under the table root (`w-<uuid>/<partition dirs>`) -
@@ -44,6 +43,7 @@ from pyspark.sql.types import StructType
 
 from pipeline.delta_files import (
     PartitionedWriter,
+    Staged,
     commit,
     current_files,
     parquet_files,
@@ -79,8 +79,6 @@ class DeltaIO:
     def __init__(self, spark: SparkSession, backend: str | None = None) -> None:
         self.spark = spark
         self.backend = backend or choose_backend(spark)
-
-    # -- reads ----------------------------------------------------------------------------
 
     def read(
         self,
@@ -119,11 +117,8 @@ class DeltaIO:
         return reduce(DataFrame.unionByName, frames)
 
     def read_small(self, path: str, schema: StructType) -> pa.Table:
-        """A small table (checkpoints, snapshots, quarantine) as Arrow with exactly `schema`'s
-        columns, read on the driver without a Spark job (empty if no table)."""
+        """A small table as Arrow with `schema`'s columns, without Spark (empty if no table)."""
         return read_arrow(path, schema)
-
-    # -- writes ---------------------------------------------------------------------------
 
     def append_rows(self, rows: list[dict[str, Any]], path: str, schema: StructType) -> int:
         """Append a few rows to an unpartitioned table in one commit, from the driver."""
@@ -145,9 +140,8 @@ class DeltaIO:
         write_deltalake(path, data, mode="overwrite")
 
     def ensure_table(self, path: str, schema: StructType, partition_by: Sequence[str] = ()) -> None:
-        """Create an empty table with `schema` if there is none (one commit, once); add the
-        columns a table made by an older version lacks (schemas only ever gain columns, at
-        the end)."""
+        """Create an empty table with `schema` if there is none (one commit); add the columns a
+        table of an older version lacks (schemas only ever gain columns, at the end)."""
         if table_exists(path):
             have = {f.name for f in DeltaTable(path).schema().fields}
             missing = [f for f in schema.fields if f.name not in have]
@@ -185,10 +179,10 @@ class DeltaIO:
                 self.ensure_table(path, schema, partition_by)
                 return 0
             return self._native_append(df, path, partition_by, txn)
-        stage, files = self._write_files(df, path, partition_by)
-        n = self._commit(path, schema, partition_by, files, "append", txn)
+        staged = self._write_files(df, path, partition_by)
+        n = self._commit(path, schema, partition_by, staged.files, "append", txn)
         if n == 0:
-            shutil.rmtree(stage, ignore_errors=True)
+            staged.discard()
         return n
 
     def append_generated(
@@ -244,20 +238,25 @@ class DeltaIO:
             w = df.write.format("delta").mode("overwrite").option("replaceWhere", where)
             w.partitionBy(*partition_by).save(path)
             return
-        _, files = self._write_files(df, path, partition_by)
+        files = self._write_files(df, path, partition_by).files
         filters = [(k, "=", v) for k, v in values.items()]
         self._commit(path, schema, partition_by, files, "overwrite", None, filters)
 
-    def overwrite(self, df: DataFrame, path: str, schema: StructType) -> int:
-        """Replace all of the table's rows with `df`'s in one commit (creating the table);
-        returns the rows written."""
-        df = df.select(*[f.name for f in schema.fields])
-        stage, files = self._write_files(df, path, ())
-        mode = "overwrite" if table_exists(path) else "append"
-        n = self._commit(path, schema, (), files, mode, None)
+    def stage_files(self, df: DataFrame, path: str, schema: StructType) -> Staged:
+        """Spark writes `df`'s rows (`schema`'s columns) as data files of the table, not yet
+        committed: `commit_overwrite` makes them the table's rows, or they are discarded."""
+        return self._write_files(df.select(*schema.fieldNames()), path, ())
+
+    def commit_overwrite(self, staged: Staged, schema: StructType) -> int:
+        """The staged files become all of the table's rows in one commit; returns them."""
+        mode = "overwrite" if table_exists(staged.path) else "append"
+        n = self._commit(staged.path, schema, (), staged.files, mode, None)
         if n == 0 and mode == "append":  # nothing committed; an overwrite commits its file
-            shutil.rmtree(stage, ignore_errors=True)
+            staged.discard()
         return n
+
+    def overwrite(self, df: DataFrame, path: str, schema: StructType) -> int:
+        return self.commit_overwrite(self.stage_files(df, path, schema), schema)  # returns its rows
 
     def fill_nulls(self, path: str, column: str, value: str) -> int:
         """Set `column` to `value` in each row where it is null, in one commit (none if no
@@ -334,8 +333,6 @@ class DeltaIO:
                 shutil.rmtree(stage, ignore_errors=True)
         return n
 
-    # -- internals ------------------------------------------------------------------------
-
     def _native_append(
         self, df: DataFrame, path: str, partition_by: Sequence[str], txn: tuple[str, int] | None
     ) -> int:
@@ -353,17 +350,15 @@ class DeltaIO:
         df.write.mode("errorifexists").parquet(stage)
         return sum(pq.read_metadata(f).num_rows for f in parquet_files(stage))
 
-    def _write_files(
-        self, df: DataFrame, path: str, partition_by: Sequence[str]
-    ) -> tuple[str, list[dict[str, Any]]]:
-        """Spark writes the data files under a fresh directory of the table: (it, DataFile
-        rows of the files)."""
+    def _write_files(self, df: DataFrame, path: str, partition_by: Sequence[str]) -> Staged:
+        """Spark writes the data files under a fresh directory of the table (uncommitted)."""
         stage = stage_dir(path)
         w = df.write.mode("errorifexists").partitionBy(*partition_by)
         for k, v in _WRITE_OPTIONS.items():
             w = w.option(k, v)
         w.parquet(stage)
-        return stage, [spark_file_row(path, f, partition_by) for f in parquet_files(stage)]
+        files = [spark_file_row(path, f, partition_by) for f in parquet_files(stage)]
+        return Staged(path, stage, files)
 
     def _commit(
         self,

@@ -4,9 +4,9 @@ Every run recomputes each audit table from all ingested data and overwrites it w
 commit per table, stamped with the run's `as_of_ms`. Overwrite rather than merge because the
 findings are a function of the whole lake: a duplicate found yesterday may be a resolved
 retry today, and a merge by keys would keep the stale row. A table whose new rows equal its
-current rows (same row count and sum of 64-bit row hashes) is not written at all, so
-re-running the same as-of over the same lake commits nothing; earlier runs stay readable
-through Delta's history.
+current rows (same row count and sum of 64-bit row hashes) is not committed (the files of its
+rows, written as they are counted and hashed, are discarded), so re-running the same as-of
+over the same lake commits nothing; earlier runs stay readable through Delta's history.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from broker_runtime.common.constants import DEFAULT_MAX_SEND_COUNT, HALF_STUCK_AFTER_MS
 from broker_runtime.common.progress import reporter
 from pipeline import schemas
+from pipeline.delta_files import Staged, parquet_files
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.jobs.ingest_state import COMMITLOG
 from pipeline.jobs.migrate import refuse_unkeyed
@@ -233,12 +235,16 @@ class TableProfile:
     kinds: dict[str, dict[str, int]]
 
 
+def _fingerprint(columns: list[str]) -> Column:
+    """The sum of the rows' 64-bit hashes: equal for equal multisets of rows."""
+    return F.sum(F.xxhash64(*[F.col(c) for c in columns]).cast("decimal(38,0)"))
+
+
 def profile_rows(df: DataFrame) -> TableProfile:
     """Rows per kind and cause, and (rows, sum of row hashes): one Spark job."""
-    row_hash = F.xxhash64(*[F.col(c) for c in df.columns]).cast("decimal(38,0)")
     groups = (
         df.groupBy("kind", "cause")
-        .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h"))
+        .agg(F.count(F.lit(1)).alias("n"), _fingerprint(df.columns).alias("h"))
         .collect()
     )
     kinds: dict[str, dict[str, int]] = {}
@@ -247,16 +253,37 @@ def profile_rows(df: DataFrame) -> TableProfile:
     return TableProfile(sum(int(r["n"]) for r in groups), sum(int(r["h"]) for r in groups), kinds)
 
 
+def _staged_kinds(staged: Staged) -> dict[str, dict[str, int]]:
+    """Rows per kind and cause of staged files (their two columns, read on the driver)."""
+    files = parquet_files(staged.stage)
+    if not files:
+        return {}
+    pairs = ds.dataset(files, format="parquet").to_table(columns=["kind", "cause"])
+    counts = pairs.group_by(["kind", "cause"]).aggregate([([], "count_all")]).to_pylist()
+    kinds: dict[str, dict[str, int]] = {}
+    for r in counts:
+        kinds.setdefault(r["kind"], {})[r["cause"]] = int(r["count_all"])
+    return kinds
+
+
 def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[TableProfile, bool]:
-    """Overwrite the table unless it already holds the same rows; (profile, written)."""
+    """Overwrite the table unless it already holds the same rows; (profile, written).
+
+    One Spark job computes the rows: Spark writes them as uncommitted files while observing
+    their fingerprint; the files are committed if the table's rows differ, else discarded."""
     schema = AUDIT_TABLES[name]
-    new = profile_rows(df)
+    seen = Observation(f"audit-{name}")
+    columns = schema.fieldNames()
+    fingerprinted = df.select(*columns).observe(seen, _fingerprint(columns).alias("h"))
+    staged = io.stage_files(fingerprinted, path, schema)
+    new = TableProfile(staged.rows, int(seen.get["h"] or 0), _staged_kinds(staged))
     if table_exists(path):
         io.ensure_table(path, schema)  # a table of an older version gains the added columns
         old = profile_rows(io.read(path, schema))
         if (old.rows, old.fingerprint) == (new.rows, new.fingerprint):
+            staged.discard()
             return new, False
-    io.overwrite(df, path, schema)
+    io.commit_overwrite(staged, schema)
     return new, True
 
 
@@ -307,7 +334,8 @@ def run_audit(
             if tables is not None and name not in tables:
                 continue
             t0 = time.monotonic()
-            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+            if name == "audit_lag":  # also read for the latest statuses
+                df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 profile, written = write_if_changed(io, df, table_path(root, name), name)
                 rows = profile.rows

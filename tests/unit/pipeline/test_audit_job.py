@@ -34,8 +34,11 @@ def test_a_changed_table_is_replaced_in_one_commit(spark: SparkSession, tmp_path
     profile, written = write_if_changed(io, rows(2), path, "resend_candidates")
     assert written and profile.kinds == {"resend_due": {"c": 1}}
     assert [r["as_of_ms"] for r in io.read(path, schema).collect()] == [2]
-    assert not write_if_changed(io, rows(2), path, "resend_candidates")[1]
+    stages = sorted(p.name for p in Path(path).glob("w-*"))
+    again, written = write_if_changed(io, rows(2), path, "resend_candidates")
+    assert not written and again == profile  # the observed fingerprint is the table's
     assert len(history(path)) == 2  # created, replaced; the unchanged write committed nothing
+    assert sorted(p.name for p in Path(path).glob("w-*")) == stages  # and left no files
 
 
 def test_a_table_whose_findings_are_gone_is_replaced_by_an_empty_one(
