@@ -50,6 +50,9 @@ def test_a_small_current_version_is_read_in_memory_with_the_same_rows_as_sparks_
     assert in_memory[0] == by_spark[0] == sorted(rows + rows[:2], key=repr)
     size = sum(DeltaTable(path).get_add_actions(flatten=True).column("size_bytes").to_pylist())
     assert read(size)[1] and not read(size - 1)[1]  # the bound is on the files' bytes
+    assert plain_and_small(path, size, max_rows=11) and not plain_and_small(path, size, 10)
+    monkeypatch.setattr("pipeline.delta_io.plain_and_small", lambda p, b: plain_and_small(p, b, 10))
+    assert not read(SMALL_READ_BYTES)[1]  # and on the rows: eleven are more than ten
     monkeypatch.setenv(SMALL_READ_ENV, "16M")
     with pytest.raises(ValueError, match=SMALL_READ_ENV):
         io.read(path, typed)
