@@ -230,9 +230,11 @@ def plain_and_small(path: str, max_bytes: int, max_rows: int = SMALL_READ_ROWS) 
     if dt.protocol().min_reader_version > 1:
         return False
     files = pa.table(dt.get_add_actions(flatten=True))
-    if "num_records" not in files.column_names and files.num_rows:
+    if not files.num_rows:
+        return True  # no data files: nothing to read
+    if "num_records" not in files.column_names:
         return False
-    rows = files.column("num_records").to_pylist() if files.num_rows else []
+    rows = files.column("num_records").to_pylist()
     if None in rows or sum(rows) > max_rows:
         return False
     return bool(sum(files.column("size_bytes").to_pylist()) <= max_bytes)

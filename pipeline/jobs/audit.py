@@ -240,17 +240,10 @@ def _fingerprint(columns: list[str]) -> Column:
     return F.sum(F.xxhash64(*[F.col(c) for c in columns]).cast("decimal(38,0)"))
 
 
-def profile_rows(df: DataFrame) -> TableProfile:
-    """Rows per kind and cause, and (rows, sum of row hashes): one Spark job."""
-    groups = (
-        df.groupBy("kind", "cause")
-        .agg(F.count(F.lit(1)).alias("n"), _fingerprint(df.columns).alias("h"))
-        .collect()
-    )
-    kinds: dict[str, dict[str, int]] = {}
-    for r in groups:
-        kinds.setdefault(r["kind"], {})[r["cause"]] = int(r["n"])
-    return TableProfile(sum(int(r["n"]) for r in groups), sum(int(r["h"]) for r in groups), kinds)
+def _rows_and_fingerprint(df: DataFrame) -> tuple[int, int]:
+    """A table's (rows, sum of row hashes): one Spark job."""
+    (found,) = df.agg(F.count(F.lit(1)).alias("n"), _fingerprint(df.columns).alias("h")).collect()
+    return int(found["n"]), int(found["h"] or 0)
 
 
 def _staged_kinds(staged: Staged) -> dict[str, dict[str, int]]:
@@ -279,8 +272,7 @@ def write_if_changed(io: DeltaIO, df: DataFrame, path: str, name: str) -> tuple[
     new = TableProfile(staged.rows, int(seen.get["h"] or 0), _staged_kinds(staged))
     if table_exists(path):
         io.ensure_table(path, schema)  # a table of an older version gains the added columns
-        old = profile_rows(io.read(path, schema))
-        if (old.rows, old.fingerprint) == (new.rows, new.fingerprint):
+        if _rows_and_fingerprint(io.read(path, schema)) == (new.rows, new.fingerprint):
             staged.discard()
             return new, False
     io.commit_overwrite(staged, schema)
