@@ -65,11 +65,27 @@ SMALL_DATA_SPARK = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
-# Delta's settings for the lake: a table's state is read with a few tasks, not 50 (the
-# tables' logs are small; 50 tasks cost seconds per read on two cores).
+# Delta's settings for the lake:
+# - a table's state is read with a few tasks, not 50 (the tables' logs are small; 50 tasks
+#   cost seconds per read on two cores);
+# - the checksum file (`.crc`) of a commit does not list the table's files: listing them ran
+#   a Spark job (`allFiles.collect()`) in every commit that creates a table;
+# - the commit and checksum files are written through Hadoop's FileSystem API, not its
+#   FileContext, whose local rename starts a `readlink` process for each path (16 process
+#   starts per commit, with FILE_IO_CONF's). On a local disk both are the same
+#   write-then-rename, so no guarantee changes (see benchmarks/README).
 DELTA_SQL_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.allFilesInCrc.enabled": "false",
+    "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
 }
+# Local files without Hadoop's checksum side files (`.name.crc`): each one is a second file
+# to create, chmod (a process start without Hadoop's native library) and rename.
+FILE_IO_CONF = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
 
 
 # The class-data-sharing archive set-up records (pipeline.class_archive, which says why).
@@ -248,7 +264,7 @@ def build_spark(
         # building its plans. Static: it holds from the session's start.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
-    settings = {**SQL_CONF, **delta_conf(conf), **(conf or {})}
+    settings = {**SQL_CONF, **FILE_IO_CONF, **delta_conf(conf), **(conf or {})}
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive_options()}".strip()

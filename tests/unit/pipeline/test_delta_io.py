@@ -4,6 +4,7 @@ tables."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from pipeline import spark_session
 from pipeline.delta_io import DeltaIO, choose_backend, history, txn_version
+from pipeline.delta_native import _add, _write_operation
 from pipeline.schemas import arrow_schema, struct_of
 from pipeline.spark_session import (
     BACKEND_ENV,
@@ -244,6 +246,31 @@ def test_rows_made_in_the_workers_are_appended_once_and_read_back(
                   key=str) == sorted([ODD, ODD, "plain", "plain", None, None], key=str)  # fmt: skip
     assert io.append_generated([], _made, path, SCHEMA, ["part"], txn=("app", 2)) == 0
     assert len(history(path)) == 1  # no rows: no commit
+
+
+@pytest.mark.slow
+def test_native_commits_of_one_version_both_land_and_write_no_checksum_side_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The lake's file settings (spark_session.DELTA_SQL_CONF and FILE_IO_CONF): of two
+    transactions that read the same version, the second commits after the first instead of
+    writing over its version file; checksums do not list the files; no `.name.crc` files."""
+    io, path = DeltaIO(spark, "native"), str(tmp_path / "t")
+    io.append(_df(spark, [(1, "a", "x", None)]), path, SCHEMA)
+    jvm: Any = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    first, second = log.startTransaction(), log.startTransaction()
+    for transaction, k in ((first, 2), (second, 3)):
+        staged = io.stage_files(_df(spark, [(k, "a", "y", None)]), path, SCHEMA)
+        adds = [json.dumps({"add": _add(f)}) for f in staged.files]
+        parsed = [jvm.org.apache.spark.sql.delta.actions.Action.fromJson(a) for a in adds]
+        transaction.commit(jvm.PythonUtils.toSeq(parsed), _write_operation(jvm, "Append", ()))
+    assert [h["version"] for h in history(path)] == [2, 1, 0]
+    assert sorted(r["k"] for r in io.read(path, SCHEMA).collect()) == [1, 2, 3]
+    checksums = sorted((tmp_path / "t" / "_delta_log").glob("*.crc"))
+    assert [c.stem[-1] for c in checksums] == ["0", "1", "2"]
+    assert all("allFiles" not in json.loads(c.read_text()) for c in checksums)
+    assert not [p for p in tmp_path.rglob(".*.crc")]
 
 
 @pytest.mark.slow
