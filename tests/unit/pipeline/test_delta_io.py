@@ -270,7 +270,7 @@ def test_native_commits_of_one_version_both_land_and_write_no_checksum_side_file
     checksums = sorted((tmp_path / "t" / "_delta_log").glob("*.crc"))
     assert [c.stem[-1] for c in checksums] == ["0", "1", "2"]
     assert all("allFiles" not in json.loads(c.read_text()) for c in checksums)
-    assert not [p for p in tmp_path.rglob(".*.crc")]
+    assert not list(tmp_path.rglob(".*.crc"))
 
 
 @pytest.mark.slow
