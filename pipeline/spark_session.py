@@ -71,9 +71,9 @@ SMALL_DATA_SPARK = {
 # - the checksum file (`.crc`) of a commit does not list the table's files: listing them ran
 #   a Spark job (`allFiles.collect()`) in every commit that creates a table;
 # - the commit and checksum files are written through Hadoop's FileSystem API, not its
-#   FileContext, whose local rename starts a `readlink` process for each path (16 process
-#   starts per commit, with FILE_IO_CONF's). On a local disk both are the same
-#   write-then-rename, so no guarantee changes (see benchmarks/README).
+#   FileContext, whose local rename starts a `readlink` process for each path (16 per
+#   commit, counting the side files FILE_IO_CONF drops). On a local disk both check that
+#   the file is absent and then rename, so no guarantee changes (see benchmarks/README).
 DELTA_SQL_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.allFilesInCrc.enabled": "false",
