@@ -278,7 +278,7 @@ def submitted(task_id: str, args: list[str]) -> Any:
     """A SparkSubmitOperator running `spark_app.py <args>` on the Connection mqaudit_spark."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from pipeline.spark_session import FILE_IO_CONF, delta_conf
+    from pipeline.spark_session import launch_conf
 
     # spark-submit resolves the Delta packages before the application's session exists.
     return SparkSubmitOperator(
@@ -287,7 +287,7 @@ def submitted(task_id: str, args: list[str]) -> Any:
         application_args=args,
         conn_id=SPARK_CONN,
         name=f"mqaudit-{task_id}",
-        conf={**FILE_IO_CONF, **delta_conf(), "spark.sql.session.timeZone": "UTC"},
+        conf={**launch_conf(), "spark.sql.session.timeZone": "UTC"},
     )
 
 

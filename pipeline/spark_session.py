@@ -243,6 +243,12 @@ def delta_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     return {}
 
 
+def launch_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """What a new JVM of the pipeline (a session's, or a spark-submit's) starts with: local
+    files without side files (FILE_IO_CONF) and Delta Lake where its jars are (delta_conf)."""
+    return {**FILE_IO_CONF, **delta_conf(conf)}
+
+
 def build_spark(
     app: str = "mqaudit", master: str | None = None, conf: dict[str, str] | None = None
 ) -> SparkSession:
@@ -264,7 +270,7 @@ def build_spark(
         # building its plans. Static: it holds from the session's start.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
-    settings = {**SQL_CONF, **FILE_IO_CONF, **delta_conf(conf), **(conf or {})}
+    settings = {**SQL_CONF, **launch_conf(conf), **(conf or {})}
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive_options()}".strip()
