@@ -82,14 +82,16 @@ def _crash(mode: str) -> dict[str, Any]:
     return {**_SMALL, "flush": mode, "replication": mode, "broker_settings": broker}
 
 
+# In the order their clusters start, two at a time (ClusterStarter): the two rebalances
+# together, then the longest of the others first.
 ON_OWN_CLUSTER: dict[str, OwnCluster] = {
     P.REBALANCE_LOCK_OFF: OwnCluster(rebalance_lock_off, _rebalance(False)),
     P.REBALANCE_LOCK_ON: OwnCluster(rebalance_lock_on, _rebalance(True)),
-    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, _crash("async")),
-    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, _crash("sync")),
     P.TRANSACTIONS: OwnCluster(
         transactions, {**_SMALL, "slaves": False, "broker_settings": TX_SETTINGS}
     ),
+    P.MASTER_CRASH_ASYNC: OwnCluster(master_crash_async, _crash("async")),
+    P.MASTER_CRASH_SYNC: OwnCluster(master_crash_sync, _crash("sync")),
 }
 
 
@@ -104,20 +106,16 @@ def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
 
 
 class ClusterStarter:
-    """Starts the scenarios' own clusters on background threads while the scenarios before
-    them run (each lane's first cluster first), and takes them down the same way."""
+    """Starts the scenarios' own clusters on background threads (in ON_OWN_CLUSTER's
+    order; each scenario is a lane of its own), and takes them down the same way."""
 
     def __init__(self, h: Harness, plans: list[P.ScenarioPlan]) -> None:
         self.h = h
         self.pool = ThreadPoolExecutor(2, "clusters")
         self.started: dict[str, concurrent.futures.Future[ClusterLayout]] = {}
-        order = sorted(
-            ((i, p.name) for ps in lanes(plans) for i, p in enumerate(ps)),
-            key=lambda t: t[0],
-        )
-        for _, n in order:
-            own = ON_OWN_CLUSTER.get(n)
-            if own is not None:
+        planned = {p.name for p in plans}
+        for n, own in ON_OWN_CLUSTER.items():
+            if n in planned:
                 self.started[n] = self.pool.submit(h.cluster_up, n, **own.cluster)
         self._down: set[str] = set()
 

@@ -8,9 +8,9 @@ CHECK_MAX checks the broker moves it to TRANS_CHECK_MAX_TIME_TOPIC: `check_gave_
 back, then sent again outside the transaction with the same UNIQ_KEY (`rolled_back_but_
 delivered`); committed with END_TRANSACTION arriving twice (`committed_twice`, and so stored
 and delivered twice). A consumer group takes the topic; once it has everything, its consumer
-stops for good and more transactions commit (`committed_never_consumed`). Last, a producer of
-another group dies between its half message and END_TRANSACTION, and none of its group comes
-back: as RocketMQ's, the check-back still counts a check with no producer to ask, so after
+stops for good and more transactions commit (`committed_never_consumed`). Meanwhile (from
+the start) a producer of another group dies between its half message and END_TRANSACTION,
+and none of its group comes back: as RocketMQ's, the check-back still counts a check with no producer to ask, so after
 CHECK_MAX of them the broker gives it up too (`check_gave_up`). A half message is
 `half_stuck` only while its checks still run past the audit's bound (RocketMQ's defaults: 15
 checks a minute apart), which this scenario's fast check-back never leaves it; the audit's
@@ -152,6 +152,8 @@ async def transactions(c: Ctx) -> dict[str, Any]:
     listener = Listener(roles)
     group = c.group()
     await h.create_topic(c.namesrv, c.topic)
+    # Given up only after the broker's timeout and its checks: under way from the start.
+    abandoning = asyncio.create_task(_abandon(c, p["abandoned"]))
     fr = await sql_filters.start(c)
     filtering = asyncio.create_task(sql_filters.run(c, fr))
     a = c.consumer("a", group)
@@ -196,12 +198,13 @@ async def transactions(c: Ctx) -> dict[str, Any]:
         finally:
             await tp.shutdown()
             await plain.shutdown()
-        abandoned = await _abandon(c, p["abandoned"])
+        abandoned = await abandoning
         await _in_topic(c, TRANS_CHECK_MAX_TIME_TOPIC, abandoned, "abandoned transactions given up")
         await filtering
     finally:
-        filtering.cancel()  # a failure above: the filter consumers stop with the scenario
-        await asyncio.gather(filtering, return_exceptions=True)
+        for task in (abandoning, filtering):  # a failure above: they stop with the scenario
+            task.cancel()
+        await asyncio.gather(abandoning, filtering, return_exceptions=True)
     return _result(c, group, a, listener, ids, abandoned, fr)
 
 
