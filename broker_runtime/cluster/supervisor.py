@@ -364,7 +364,7 @@ def stop_nodes(
             continue
         proc.send_signal(signal.SIGTERM)
         procs[n.name] = proc
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace_s)
+    alive = _wait_exited(list(procs.values()), grace_s)
     for name, proc in procs.items():
         if proc in alive:
             proc.kill()
@@ -372,11 +372,30 @@ def stop_nodes(
         else:
             result[name] = "stopped"
         layout.node(name).pid = None
-    psutil.wait_procs([p for p in alive], timeout=5)
-    for child in _children:
-        child.poll()  # reap
+    _wait_exited(alive, 5.0)
     layout.save()
     return result
+
+
+def _wait_exited(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until each process has exited; those still running after `timeout_s`. A zombie
+    has exited: a node started by an earlier command is init's child, and an init that
+    reaps late (this machine's takes 1-2.5 s) must not hold a stop up. Ours are reaped."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for child in _children:
+            child.poll()  # reap
+        procs = [p for p in procs if _running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def down(layout: ClusterLayout, grace_s: float = 20.0) -> dict[str, str]:

@@ -10,11 +10,11 @@ delivered`); committed with END_TRANSACTION arriving twice (`committed_twice`, a
 and delivered twice). A consumer group takes the topic; once it has everything, its consumer
 stops for good and more transactions commit (`committed_never_consumed`). Meanwhile (from
 the start) a producer of another group dies between its half message and END_TRANSACTION,
-and none of its group comes back: as RocketMQ's, the check-back still counts a check with no producer to ask, so after
-CHECK_MAX of them the broker gives it up too (`check_gave_up`). A half message is
-`half_stuck` only while its checks still run past the audit's bound (RocketMQ's defaults: 15
-checks a minute apart), which this scenario's fast check-back never leaves it; the audit's
-unit tests cover that kind on a store written for it.
+and none of its group comes back: as RocketMQ's, the check-back still counts a check with
+no producer to ask, so after CHECK_MAX of them the broker gives it up too (`check_gave_up`).
+A half message is `half_stuck` only while its checks still run past the audit's bound
+(RocketMQ's defaults: 15 checks a minute apart), which this scenario's fast check-back never
+leaves it; the audit's unit tests cover that kind on a store written for it.
 
 Beside them, on a topic of their own, SQL92 filter consumers get messages with properties,
 two groups of them with a second instance deployed with a stale tag subscription
