@@ -1,17 +1,20 @@
-"""A class-data-sharing (AppCDS) archive of the JVM classes a pipeline run loads.
+"""A HotSpot archive of the JVM classes a pipeline run loads (pipeline.jvm maps it).
 
 A new Spark session spends most of its start, and much of its first queries, loading and
-verifying the classes of Spark, Delta Lake and their libraries, the same ones every time.
-HotSpot's dynamic CDS (`-XX:ArchiveClassesAtExit`, JDK 13+) records the classes a JVM loaded
-into a file that later JVMs map instead (`-XX:SharedArchiveFile`). Set-up (`make`, after the
-Delta jars) runs one small `pipeline run` (a generated store of a few messages: ingest,
-gates, audit, reports) with the recording on, so the archive holds what the pipeline uses.
+verifying the classes of Spark, Delta Lake and their libraries, the same ones every time,
+and then compiling the same hot methods. Set-up (`make`, after the Delta jars) runs one
+small `pipeline run` (a generated store of a few messages: ingest, gates, audit, reports)
+in a local session with the recording on, so the archive holds what the pipeline uses. On
+JDK 25 and later (the JDK local sessions run on where there is one, pipeline.jvm) it is an
+ahead-of-time cache (`-XX:AOTCacheOutput`: the classes loaded and linked, and the methods'
+profiles); on older JDKs a dynamic class-data-sharing archive (`-XX:ArchiveClassesAtExit`,
+JDK 13+: the classes loaded). Later JVMs map the file instead.
 
 The JVM checks an archive itself: made by another JDK build, or on a class path whose jars
 changed since, it is not used (HotSpot warns and loads the classes as usual). The class
 path also starts with SPARK_CONF_DIR and the other directories Spark's launcher puts first,
-so a session uses the archive only when those are what they were at recording
-(`CLASS_ARCHIVE_LAUNCH_ENV` in pipeline.spark_session, which adds the options to a session);
+so a session uses the archive only when those and its JDK are what they were at recording
+(`CLASS_ARCHIVE_LAUNCH_ENV` in pipeline.jvm, which adds the options to a session);
 otherwise it starts as it would without one. MQAUDIT_CLASS_ARCHIVE=off turns it off.
 """
 
@@ -31,14 +34,15 @@ from pyspark import SparkContext
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
 from broker_runtime.store.message_store import MessageStore
-from pipeline.run import run_pipeline
-from pipeline.spark_session import (
+from pipeline.jvm import (
     CLASS_ARCHIVE_RECORD_ENV,
-    build_spark,
     class_archive_env_file,
     class_archive_path,
     launch_env,
+    local_java_home,
 )
+from pipeline.run import run_pipeline
+from pipeline.spark_session import build_spark
 from pipeline.steps import RunInputs
 
 RECORD_MESSAGES = 40
@@ -98,7 +102,8 @@ def build(archive: Path | None = None) -> int:
         partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
         shutil.move(recording, partial)
         partial.replace(archive)  # a session starting now maps the old file or this one
-    class_archive_env_file(archive).write_text(json.dumps(launch_env(), indent=1) + "\n")
+    env = launch_env(local_java_home())  # the recording session's: a local one
+    class_archive_env_file(archive).write_text(json.dumps(env, indent=1) + "\n")
     size = archive.stat().st_size / 2**20
     print(f"class-archive: {archive} ({size:.0f} MiB, {time.monotonic() - started:.0f} s)")
     return 0

@@ -13,12 +13,12 @@ machine that cannot reach Maven Central), sessions start without them and
 pipeline.delta_io falls back to its embedded delta-rs backend; one log line says so.
 MQAUDIT_DELTA_BACKEND=embedded|native forces a backend (native: the jars are fetched if
 missing, and a failure to get them is an error, not a fallback). A session that starts its
-JVM maps the class archive set-up made (pipeline.class_archive), where there is one.
+JVM runs on the JDK pipeline.jvm picks and maps the class archive set-up made
+(pipeline.class_archive), where there is one.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
+
+from pipeline.jvm import class_archive_options, launched_with, session_java_home
 
 log = logging.getLogger(__name__)
 
@@ -86,55 +88,6 @@ DELTA_SQL_CONF = {
 # Local files without Hadoop's checksum side files (`.name.crc`): each one is a second file
 # to create, chmod (a process start without Hadoop's native library) and rename.
 FILE_IO_CONF = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
-
-
-# The class-data-sharing archive set-up records (pipeline.class_archive, which says why).
-CLASS_ARCHIVE_ENV = "MQAUDIT_CLASS_ARCHIVE"  # "off": sessions start without the archive
-CLASS_ARCHIVE_RECORD_ENV = "MQAUDIT_CLASS_ARCHIVE_RECORD"  # a recording session's file
-# What Spark's launcher builds the driver's class path from, besides the jars themselves
-# (whose changes the JVM detects): an archive is mapped only where these are as recorded.
-CLASS_ARCHIVE_LAUNCH_ENV = (
-    "JAVA_HOME",
-    "SPARK_HOME",
-    "SPARK_CONF_DIR",
-    "HADOOP_CONF_DIR",
-    "YARN_CONF_DIR",
-    "SPARK_DIST_CLASSPATH",
-)
-
-
-def class_archive_path() -> Path:
-    """The archive of this environment's JVM classes (next to its installed packages)."""
-    return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
-
-
-def class_archive_env_file(archive: Path) -> Path:
-    """Where the launch environment an archive was recorded in is kept (JSON)."""
-    return archive.with_suffix(".json")
-
-
-def launch_env() -> dict[str, str]:
-    """The launch environment an archive is recorded for (CLASS_ARCHIVE_LAUNCH_ENV)."""
-    return {name: os.environ.get(name, "") for name in CLASS_ARCHIVE_LAUNCH_ENV}
-
-
-def class_archive_options(archive: Path | None = None) -> str:
-    """The JVM options of a new session's driver for the archive: record into it (set-up),
-    map it (where it was recorded for this launch environment), or nothing."""
-    recording = os.environ.get(CLASS_ARCHIVE_RECORD_ENV)
-    if recording:
-        # Not its warnings of each class it cannot keep (generated, signed or old-format ones).
-        return f"-XX:ArchiveClassesAtExit={recording} -Xlog:cds=off,cds+dynamic=off"
-    if os.environ.get(CLASS_ARCHIVE_ENV) == "off":
-        return ""
-    archive = archive or class_archive_path()
-    try:
-        recorded = json.loads(class_archive_env_file(archive).read_text())
-    except (OSError, ValueError):
-        return ""
-    if recorded != launch_env() or not archive.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={archive}"
 
 
 def forced_backend() -> str | None:
@@ -257,10 +210,11 @@ def build_spark(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app)
+    master = master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER)
     # Under spark-submit (its JVM hands this process a gateway) the submit's --master wins:
     # the command line's default local[2] must not turn a cluster job into a local one.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or os.environ.get("SPARK_MASTER", DEFAULT_MASTER))
+        builder = builder.master(master)
     builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -272,8 +226,10 @@ def build_spark(
     )
     settings = {**SQL_CONF, **launch_conf(conf), **(conf or {})}
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
+    java_home = session_java_home(master)
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-    settings["spark.driver.extraJavaOptions"] = f"{java} {class_archive_options()}".strip()
+    archive = class_archive_options(java_home)
+    settings["spark.driver.extraJavaOptions"] = f"{java} {archive}".strip()
     if "SPARK_DRIVER_MEMORY" not in os.environ:
         settings.setdefault("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
     packages = settings.get("spark.jars.packages")
@@ -284,7 +240,7 @@ def build_spark(
         settings["spark.jars"] = jars
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _child_stdout_to_stderr():
+    with _child_stdout_to_stderr(), launched_with(java_home):
         spark = builder.getOrCreate()
     if packages and jars is None and "spark.jars" not in settings:
         _remember_resolved(spark, packages, ivy_home)

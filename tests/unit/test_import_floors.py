@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("broker: workloads", ("broker_runtime.workload",)),
     ("lake: catalog, schemas, Spark and Delta I/O", (
         "pipeline", "pipeline.schemas", "pipeline.audit_schemas", "pipeline.lake",
-        "pipeline.spark_session", "pipeline.spark_tasks", "pipeline.delta_io",
+        "pipeline.jvm", "pipeline.spark_session", "pipeline.spark_tasks", "pipeline.delta_io",
         "pipeline.delta_files", "pipeline.delta_native",
     )),
     ("lake: readers and transforms", ("pipeline.readers", "pipeline.transforms")),

@@ -1,5 +1,6 @@
-"""The JVM class archive (pipeline/class_archive.py): when a session maps it, and that the
-one set-up made is mapped by a real session's JVM."""
+"""The JVM a local session runs on and the class archive it maps (pipeline/jvm.py,
+pipeline/class_archive.py): which JDK, when a session maps the archive, and that the one
+set-up made is mapped by a real session's JVM, on the JDK chosen."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark_session import (
+from pipeline.jvm import (
+    AOT_JDK,
     CLASS_ARCHIVE_ENV,
     CLASS_ARCHIVE_LAUNCH_ENV,
     CLASS_ARCHIVE_RECORD_ENV,
+    SPARK_JDK_ENV,
     class_archive_env_file,
     class_archive_options,
     class_archive_path,
+    jdk_version,
+    local_java_home,
+    session_java_home,
 )
 from tests.conftest import REPO
 
@@ -29,46 +35,111 @@ def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "spark-classes.jsa"
     path.write_bytes(b"jsa")
-    class_archive_env_file(path).write_text(
-        json.dumps({name: "" for name in CLASS_ARCHIVE_LAUNCH_ENV})
-    )
+    recorded = {name: "" for name in CLASS_ARCHIVE_LAUNCH_ENV}
+    class_archive_env_file(path).write_text(json.dumps({**recorded, "JAVA_HOME": str(JDK17)}))
     return path
 
 
-def test_a_session_maps_the_archive_recorded_for_its_launch_environment(archive: Path) -> None:
-    assert class_archive_options(archive) == f"-XX:SharedArchiveFile={archive}"
+def _jdk(home: Path, version: str) -> Path:
+    """A JDK's home as far as the choice reads it: `release` and `bin/java`."""
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java").write_text("")
+    (home / "release").write_text(f'IMPLEMENTOR="x"\nJAVA_VERSION="{version}"\n')
+    return home
+
+
+JDK17 = Path("/nonexistent/jdk-17")
+
+
+@pytest.fixture
+def jdks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A JDK root with 17, 21, 25.0.3 and 26-ea homes, and a folder that is no JDK."""
+    monkeypatch.delenv(SPARK_JDK_ENV, raising=False)
+    monkeypatch.setenv("JAVA_HOME", "/env/jdk")
+    root = tmp_path / "jvm"
+    for name, version in (("a-17", "17.0.15"), ("b-21", "21.0.2"), ("c-25", "25.0.3")):
+        _jdk(root / name, version)
+    (root / "d-26").mkdir()  # no release file, no java: not a JDK
+    return root
+
+
+def test_local_sessions_run_on_the_newest_jdk_with_an_aot_cache(
+    jdks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert jdk_version(str(jdks / "c-25")) == 25 and jdk_version(str(jdks / "d-26")) is None
+    assert local_java_home(jdks) == str(jdks / "c-25")
+    _jdk(jdks / "e-27", "27-ea")
+    assert local_java_home(jdks) == str(jdks / "e-27")
+    monkeypatch.setenv(SPARK_JDK_ENV, str(jdks / "a-17"))  # the setting wins
+    assert local_java_home(jdks) == str(jdks / "a-17")
+    monkeypatch.setenv(SPARK_JDK_ENV, "")  # the environment's
+    assert local_java_home(jdks) == "/env/jdk"
+
+
+def test_without_a_new_enough_jdk_or_off_local_the_environments_jdk(
+    jdks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    shutil.rmtree(jdks / "c-25")
+    assert local_java_home(jdks) == "/env/jdk"
+    # A cluster's executors run on their workers' JDK: its driver stays on the environment's.
+    assert session_java_home("spark://127.0.0.1:7077") == "/env/jdk"
+    monkeypatch.setenv(SPARK_JDK_ENV, str(jdks / "b-21"))
+    assert session_java_home("local[2]") == str(jdks / "b-21")
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit: its JVM is running
+    assert session_java_home("local[2]") == "/env/jdk"
+
+
+def test_a_session_maps_the_archive_recorded_for_its_launch_environment(
+    archive: Path, tmp_path: Path
+) -> None:
+    assert class_archive_options(str(JDK17), archive) == f"-XX:SharedArchiveFile={archive}"
+    # On a JDK with an AOT cache, recorded on it:
+    jdk25 = _jdk(tmp_path / "jdk-25", "25.0.3")
+    recorded = json.loads(class_archive_env_file(archive).read_text())
+    class_archive_env_file(archive).write_text(json.dumps({**recorded, "JAVA_HOME": str(jdk25)}))
+    assert class_archive_options(str(jdk25), archive) == f"-XX:AOTCache={archive}"
+    assert class_archive_options(str(JDK17), archive) == ""  # recorded on another JDK
 
 
 def test_another_class_path_a_missing_archive_or_the_switch_leave_it_out(
     archive: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    jdk = str(JDK17)
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # the first entry of the class path
-    assert class_archive_options(archive) == ""
+    assert class_archive_options(jdk, archive) == ""
     monkeypatch.delenv("SPARK_CONF_DIR")
     monkeypatch.setenv(CLASS_ARCHIVE_ENV, "off")
-    assert class_archive_options(archive) == ""
+    assert class_archive_options(jdk, archive) == ""
     monkeypatch.delenv(CLASS_ARCHIVE_ENV)
     archive.unlink()
-    assert class_archive_options(archive) == ""
-    assert class_archive_options(tmp_path / "never-made.jsa") == ""
+    assert class_archive_options(jdk, archive) == ""
+    assert class_archive_options(jdk, tmp_path / "never-made.jsa") == ""
 
 
 def test_the_recording_session_records_instead_of_mapping(
     archive: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(CLASS_ARCHIVE_RECORD_ENV, str(tmp_path / "new.jsa"))
-    assert class_archive_options(archive).startswith(
+    assert class_archive_options(str(JDK17), archive).startswith(
         f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'} "
+    )
+    jdk25 = _jdk(tmp_path / "jdk-25", "25.0.3")
+    assert class_archive_options(str(jdk25), archive).startswith(
+        f"-XX:AOTCacheOutput={tmp_path / 'new.jsa'} "
     )
 
 
 _SESSION = """
 import sys
+from pathlib import Path
 from pipeline.spark_session import build_spark
 spark = build_spark("class-archive-test", "local[1]", {
     "spark.driver.extraJavaOptions": "-Xlog:class+load=info:file=" + sys.argv[1],
 })
 spark.range(3).count()
+Path(sys.argv[2]).write_text(spark._jvm.java.lang.System.getProperty("java.home"))
 spark.stop()
 """
 
@@ -79,18 +150,23 @@ def test_a_new_session_loads_spark_and_delta_from_the_set_up_archive(
 ) -> None:
     monkeypatch.delenv(CLASS_ARCHIVE_ENV, raising=False)
     monkeypatch.delenv(CLASS_ARCHIVE_RECORD_ENV, raising=False)
-    if class_archive_options() == "":
+    jdk = local_java_home()
+    if class_archive_options(jdk) == "":
         why = f"no class archive for this launch environment at {class_archive_path()}"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why}: `make` builds it after the Delta jars")
         pytest.skip(f"{why} (make builds it)")
-    log = tmp_path / "classes.log"
-    subprocess.run([sys.executable, "-c", _SESSION, str(log)], cwd=REPO, check=True)
+    log, home = tmp_path / "classes.log", tmp_path / "java.home"
+    subprocess.run([sys.executable, "-c", _SESSION, str(log), str(home)], cwd=REPO, check=True)
+    if jdk:  # the session ran on the JDK chosen for local sessions
+        assert Path(home.read_text()).resolve() == Path(jdk).resolve()
     sources = {}
     for line in log.read_text().splitlines():
         name, _, source = line.partition(" source: ")
         sources[name.rsplit(" ", 1)[-1]] = source
-    shared = "shared objects file (top)"  # the dynamic archive, above the JDK's own
+    # An AOT cache holds the JDK's classes too; a dynamic archive sits above the JDK's own.
+    aot = (jdk_version(jdk) or 0) >= AOT_JDK
+    shared = "shared objects file" if aot else "shared objects file (top)"
     assert sources["org.apache.spark.sql.classic.SparkSession"] == shared
     assert sources["io.delta.sql.DeltaSparkSessionExtension"] == shared
     # Against the classes still read from class files (jar:, file:, jrt:); the others come
