@@ -32,10 +32,11 @@ delta-jars: $(STAMP)
 	$(PY) -m pipeline.spark_session fetch-delta-jars
 	@touch $(JARS_STAMP)
 
-# A class-data-sharing archive of the JVM classes one small `pipeline run` loads
-# (pipeline/class_archive.py): later Spark sessions map it instead of loading those classes
-# again. Made once per .venv, after the Delta jars (about 2 minutes); without it, sessions
-# start as before.
+# An archive of the JVM classes one small `pipeline run` loads (pipeline/class_archive.py):
+# on JDK 25+ (local sessions run on the newest installed, pipeline/jvm.py) an AOT cache that
+# also keeps the methods' profiles, else a class-data-sharing archive. Later Spark sessions
+# map it instead of loading those classes again. Made once per .venv, after the Delta jars
+# (about 2 minutes); without it, sessions start as before.
 $(CLASSES_STAMP): $(JARS_STAMP)
 	@$(PY) -m pipeline.class_archive build \
 	  || echo "class archive not made: Spark sessions load their classes without it"

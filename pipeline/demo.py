@@ -6,13 +6,12 @@ the same DAGs into the same lake), then the DAGs through Airflow (what `airflow 
 runs, all in one process: pipeline.demo_dags; a SQLite database under OUT/airflow): mq_audit,
 mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, then mq_audit again to
 show what the remedies repaired (the summary's repair loop: found -> acted on -> found after);
-prints a short summary (also OUT/summary.json) and where the reports are, and stops the
-cluster, also on failure.
-
-The workload runs some scenarios on clusters of their own (OUT/cluster/scenarios/<name>,
-each cluster named after its scenario); mq_audit ingests and audits them with the demo's
-cluster into the one lake (the Variable mqaudit_data_dirs), and the summary counts per
-cluster.
+prints a short summary (also OUT/summary.json) and where the reports are. It stops the
+cluster and the RabbitMQ node while the last mq_audit runs, once its ingest has read them
+(also on failure). The workload runs some scenarios on clusters of their own
+(OUT/cluster/scenarios/<name>, each named after its scenario); mq_audit ingests and audits
+them with the demo's cluster into the one lake (the Variable mqaudit_data_dirs), and the
+summary counts per cluster.
 
     OUT/cluster  the cluster's data dir (brokers, name servers, ledgers)
     OUT/lake     Delta tables          OUT/reports  reports, Data Docs, run summaries
@@ -34,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -91,9 +90,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.messages <= 0:
         raise ValueError(f"--messages must be positive, got {args.messages}")
-    demo = Demo(args.out, args.messages, args.seed, rabbitmq=not args.no_rabbitmq)
     try:
-        summary = demo.run()
+        summary = Demo(args.out, args.messages, args.seed, rabbitmq=not args.no_rabbitmq).run()
     except (DemoError, RabbitFailed) as e:
         print(f"mqaudit demo: FAILED: {e}", file=sys.stderr)
         return 1
@@ -130,6 +128,8 @@ class Demo:
         self.rabbit: RabbitSide | None = None
         self.timings: dict[str, float] = {}
         self.started = time.monotonic()
+        self.after_task: dict[str, Callable[[], object]] = {}  # called once the task ends
+        self._stopping: list[Future[None]] = []
 
     # -- output -----------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -178,18 +178,16 @@ class Demo:
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test(dags, REPLAY, dry))
                 self.step("mq_dlq_replay", lambda: self.dag_test(dags, REPLAY, real))
             self.step("loss repair", lambda: self.repair_losses(dags))
-            # The audit the remedies acted on; the next one shows what they repaired.
+            # The audit the remedies acted on; the next one shows what they repaired. Once its
+            # ingest has read the brokers and RabbitMQ, nothing else does: they stop meanwhile.
             first_audit = latest(self.reports, "mq_audit")
             after = "mq_audit (after the remedies)"
+            self.after_task["ingest"] = self.stop_sources
             self.step(after, lambda: self.dag_test(dags, "mq_audit", label="mq_audit-after"))
-        finally:  # each waits on its own processes: all three at once
-            with ThreadPoolExecutor(2) as pool:
-                stopping = [pool.submit(dags.stop)]
-                if self.rabbit is not None:
-                    stopping.append(pool.submit(self.step, "rabbitmq down", self.rabbit.stop))
-                self.step("cluster down", self.cluster_down)
-            for stopped in stopping:
-                stopped.result()
+        finally:  # each waits on its own processes: all at once
+            with ThreadPoolExecutor(1) as pool:
+                for stopped in [pool.submit(dags.stop), *self.stop_sources()]:
+                    stopped.result()
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(
@@ -218,6 +216,16 @@ class Demo:
         argv = ["up", "--data-dir", str(self.data_dir), "--detach"]
         argv += ["--set", f"offset_history_interval_ms={OFFSET_HISTORY_MS}"]
         self.run_logged("cluster-up", _product("cluster", *argv))
+
+    def stop_sources(self) -> list[Future[None]]:
+        """Stop the cluster and the RabbitMQ node in the background (once): their stops."""
+        if not self._stopping:
+            pool = ThreadPoolExecutor(2, thread_name_prefix="stop")
+            if (rabbit := self.rabbit) is not None:
+                self._stopping.append(pool.submit(self.step, "rabbitmq down", rabbit.stop))
+            self._stopping.append(pool.submit(self.step, "cluster down", self.cluster_down))
+            pool.shutdown(wait=False)
+        return self._stopping
 
     def cluster_down(self) -> None:
         if (self.data_dir / "cluster.json").exists():
@@ -368,6 +376,8 @@ class Demo:
                 if task is not None:
                     state = "started" if task.group(1) == "starting" else "done"
                     self.say(f"   task {task.group(2)} {state}")
+                    if state == "done" and (then := self.after_task.pop(task.group(2), None)):
+                        then()
                 elif show_all or _SHOWN.match(line):
                     self.say(f"   {line[:200]}")
             return start + end
@@ -376,8 +386,7 @@ class Demo:
 
 def tail(path: Path, lines: int = 25) -> str:
     with contextlib.suppress(FileNotFoundError):
-        text = path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:]) + "\n"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
     return ""
 
 

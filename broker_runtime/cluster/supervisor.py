@@ -393,7 +393,7 @@ def _wait_exited(procs: list[psutil.Process], timeout_s: float) -> list[psutil.P
 
 def _running(proc: psutil.Process) -> bool:
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 
