@@ -50,15 +50,14 @@ ON_MAIN_CLUSTER: dict[str, Runner] = {
     P.NAMESRV_SPLIT: namesrv_split,
     P.CONSUMER_FAILURES: consumer_failures,
 }
-# The main cluster's scenarios in lanes (each scenario has a topic and groups of its own;
-# most of their time is spent waiting on consumer processes): two of about the same length,
-# and the short name-server split beside them, not after them.
+# The main cluster's scenarios in two lanes of about the same length (each scenario has a
+# topic and groups of its own; most of their time is spent waiting on consumer processes).
 MAIN_LANE: dict[str, str] = {
     P.CONSUMER_CRASH: "main-1",
     P.ACK_LOST: "main-1",
+    P.NAMESRV_SPLIT: "main-1",
     P.PRODUCER_RESEND: "main-2",
     P.CONSUMER_FAILURES: "main-2",
-    P.NAMESRV_SPLIT: "main-3",
 }
 
 
@@ -97,7 +96,7 @@ ON_OWN_CLUSTER: dict[str, OwnCluster] = {
 
 
 def lanes(plans: list[P.ScenarioPlan]) -> list[list[P.ScenarioPlan]]:
-    """Scenarios that run one after another: the main cluster's, in MAIN_LANE's; each one on
+    """Scenarios that run one after another: the main cluster's, in two lanes; each one on
     a cluster of its own alone. The lanes run side by side: the two rebalances too, so that
     the lock on and off are compared on the same workload under the same machine load."""
     out: dict[str, list[P.ScenarioPlan]] = {}
