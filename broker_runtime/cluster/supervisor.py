@@ -153,21 +153,11 @@ def plan(s: ClusterSettings) -> ClusterLayout:
     for group in s.groups:
         for role, broker_id in (("master", 0), ("slave", 1)) if s.slaves else (("master", 0),):
             name = f"{group}-{role}"
-            layout.nodes.append(
-                NodeSpec(
-                    name,
-                    role,
-                    s.host,
-                    0,
-                    str(root / "brokers" / group / role),
-                    str(logs / f"{name}.log"),
-                    [],
-                    group=group,
-                    broker_id=broker_id,
-                    ha_port=0 if role == "master" else None,
-                    config=str(root / "conf" / f"{name}.json"),
-                )
-            )
+            layout.nodes.append(NodeSpec(
+                name, role, s.host, 0, str(root / "brokers" / group / role),
+                str(logs / f"{name}.log"), [], group=group, broker_id=broker_id,
+                ha_port=0 if role == "master" else None, config=str(root / "conf" / f"{name}.json"),
+            ))  # fmt: skip
     return layout
 
 
@@ -328,7 +318,7 @@ def _process(node: NodeSpec) -> psutil.Process | None:
         return None
     try:
         proc = psutil.Process(node.pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
+        if _exited(proc):
             return None
         if node.started_at is not None and abs(proc.create_time() * 1000 - node.started_at) > 1000:
             return None
@@ -377,25 +367,25 @@ def stop_nodes(
     return result
 
 
+def _exited(proc: psutil.Process) -> bool:
+    """Gone, or a zombie: a node started by an earlier command is init's child, and an init
+    that reaps late (this machine's: 1-2.5 s) must not make it look alive."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def _wait_exited(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
-    """Wait until each process has exited; those still running after `timeout_s`. A zombie
-    has exited: a node started by an earlier command is init's child, and an init that
-    reaps late (this machine's takes 1-2.5 s) must not hold a stop up. Ours are reaped."""
+    """Wait until each process has exited (ours are reaped); those left after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         for child in _children:
             child.poll()  # reap
-        procs = [p for p in procs if _running(p)]
+        procs = [p for p in procs if not _exited(p)]
         if not procs or time.monotonic() >= deadline:
             return procs
         time.sleep(0.05)
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def down(layout: ClusterLayout, grace_s: float = 20.0) -> dict[str, str]:

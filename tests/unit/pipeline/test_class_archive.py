@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,8 +80,6 @@ def test_local_sessions_run_on_the_newest_jdk_with_an_aot_cache(
 def test_without_a_new_enough_jdk_or_off_local_the_environments_jdk(
     jdks: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil
-
     shutil.rmtree(jdks / "c-25")
     assert local_java_home(jdks) == "/env/jdk"
     # A cluster's executors run on their workers' JDK: its driver stays on the environment's.
