@@ -89,7 +89,9 @@ class DeltaIO:
     ) -> DataFrame:
         """The table as a DataFrame with exactly `schema`'s columns (empty if no table): its
         current version, or as of a `version`, or as of a (UTC) `timestamp`. A small current
-        version (`small_read_bytes`) is read on the driver and handed to Spark in memory."""
+        version (`small_read_bytes`) is read on the driver and handed to Spark in memory.
+        Every action on the DataFrame sees the version it was read at, with either backend
+        (delta-spark's own DataFrame would look for a newer one each time)."""
         names = [f.name for f in schema.fields]
         if not table_exists(path):
             return self.spark.createDataFrame([], schema)
@@ -98,6 +100,8 @@ class DeltaIO:
             return self.spark.createDataFrame(read_arrow(path, schema).combine_chunks(), schema)
         if self.backend == "native":
             reader = self.spark.read.format("delta")
+            if version is None and timestamp is None:
+                version = DeltaTable(path).version()
             if version is not None:
                 reader = reader.option("versionAsOf", version)
             if timestamp is not None:

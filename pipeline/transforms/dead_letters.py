@@ -80,7 +80,7 @@ def audit_dead_letters(
     copies: DataFrame | None = None,
 ) -> DataFrame:
     """The `audit_dead_letters` table; `replay_log` may be empty (no replays yet); `copies`:
-    `stored_copies(messages)`, where the caller keeps it."""
+    `stored_copies(messages)`, where the caller has it."""
     dead = _key(messages.filter(F.col("is_dlq") & ~F.col("is_scheduled")))
     per_msg = dead.groupBy(*_KEY).agg(
         F.max("reconsume_times").cast("long").alias("count"),

@@ -46,7 +46,7 @@ _ACTIVITY = ["cluster", "group", "broker", "topic", "queue_id", "client_id"]
 
 def stored_twice(messages: DataFrame, copies: DataFrame | None = None) -> DataFrame:
     """UNIQ_KEYs with two or more stored copies in their topic (producer resend).
-    `copies`: `stored_copies(messages)`, where the caller keeps it."""
+    `copies`: `stored_copies(messages)`, where the caller has it."""
     copies = stored_copies(messages) if copies is None else copies
     # Most keys have one copy: the lists and texts below are built for the others only.
     key = ["cluster", "topic", "uniq_key"]

@@ -138,7 +138,7 @@ def undelivered(
     copies: DataFrame | None = None,
 ) -> DataFrame:
     """never_delivered and expired_before_consumed rows; `copies`: `stored_copies(messages)`,
-    where the caller keeps it."""
+    where the caller has it."""
     copies = stored_copies(messages) if copies is None else copies
     min_offsets = queue_min_offsets(offsets)
     # Each position with the groups that received its key: one join of the positions with
@@ -156,9 +156,21 @@ def undelivered(
         .join(received_by, on=["cluster", "uniq_key"], how="left")
     )
     latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
+    subscriptions = _subscriptions(stored)
+    # A stored copy's receivers are among its (topic, tag)'s subscribers, by the definition
+    # of subscribing: only a copy with fewer receivers than subscribers has a group to check
+    # (few, in a large lake; each row would otherwise turn into a row per subscriber).
+    subscribers = subscriptions.groupBy("cluster", "topic", "tag_key").agg(
+        F.count(F.lit(1)).alias("subscribers")
+    )
+    missed = (
+        stored.join(subscribers, on=["cluster", "topic", "tag_key"], how="inner")
+        .filter(F.coalesce(F.size("received_by"), F.lit(0)) < F.col("subscribers"))
+        .drop("subscribers")
+    )
     candidates = (
-        stored.unionByName(expired_stubs)
-        .join(_subscriptions(stored), on=["cluster", "topic", "tag_key"], how="inner")
+        missed.unionByName(expired_stubs)
+        .join(subscriptions, on=["cluster", "topic", "tag_key"], how="inner")
         .filter(~F.coalesce(F.array_contains("received_by", F.col("group")), F.lit(False)))
         .drop("received_by")
     )

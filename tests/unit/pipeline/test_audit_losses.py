@@ -97,3 +97,31 @@ def test_without_min_offsets_nothing_counts_as_expired(spark: SparkSession) -> N
             ("E1", "g1", "never_delivered", "offset_passed_without_delivery", 1, 1, 0),
         ],
     )
+
+
+def test_a_message_one_subscriber_received_is_lost_for_the_other(spark: SparkSession) -> None:
+    """Two groups take TagA: a message only g2 received is never_delivered for g1 alone; one
+    both received, and one of TagB (g2's alone), are nobody's loss."""
+    commitlog = [
+        msg(0, "K1", 0, tags="TagA"),
+        msg(200, "K2", 1, tags="TagA"),
+        msg(400, "K3", 2, tags="TagB"),
+    ]
+    deliveries = [
+        delivery(1, "K1"),
+        delivery(2, "K1", group="g2"),
+        delivery(3, "K2", group="g2", queue_offset=1),
+        delivery(4, "K3", group="g2", queue_offset=2),
+    ]
+    snapshots = [snapshot(60_000, 3, 3), snapshot(60_000, 3, 3, consumer_group="g2")]
+    found = audit_losses(
+        messages(spark, commitlog),
+        stubs(spark, [stub("K1"), stub("K2", queue_offset=1), stub("K3", queue_offset=2)]),
+        log(spark, deliveries),
+        offsets(spark, snapshots),
+        ingested(spark),
+        T0,
+    )
+    assert_rows(
+        found, COLUMNS, [("K2", "g1", "never_delivered", "offset_passed_without_delivery", 1, 0, 1)]
+    )

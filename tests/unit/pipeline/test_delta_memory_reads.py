@@ -119,3 +119,22 @@ def test_files_of_no_rows_between_others_lose_no_row_of_the_in_memory_read(
     df = io.read(path, flat)
     assert not df.inputFiles()  # in memory
     assert sorted(r["k"] for r in df.collect()) == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound", ["0", str(SMALL_READ_BYTES)])  # Spark's reader, in memory
+def test_a_dataframe_read_keeps_its_version_while_the_table_moves_on(
+    io: DeltaIO, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    # The audit scans its large inputs once per use: every use must see the same rows even
+    # if an ingest commits in between (delta-spark's own DataFrame would see the new ones).
+    monkeypatch.setenv(SMALL_READ_ENV, bound)
+    flat = struct_of("k:long, v:str")
+    path = str(tmp_path / "t")
+    io.append(spark.createDataFrame([(1, "a")], flat), path, flat)
+    df = io.read(path, flat)
+    assert [tuple(r) for r in df.collect()] == [(1, "a")]
+    io.append(spark.createDataFrame([(2, "b")], flat), path, flat)
+    assert [tuple(r) for r in df.collect()] == [(1, "a")]
+    assert df.count() == 1
+    assert sorted(tuple(r) for r in io.read(path, flat).collect()) == [(1, "a"), (2, "b")]
