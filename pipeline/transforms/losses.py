@@ -20,7 +20,7 @@ whose file was deleted first as `expired_before_consumed` (rows of this table:
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
@@ -34,14 +34,13 @@ from pipeline.transforms.audit_common import (
     position_text,
     queue_min_offsets,
     stored_copies,
-    undelivered_rows,
 )
 
 _NO_TAG = ""
-
-
-def _tag_key(tags: str) -> Column:
-    return F.coalesce(F.col(tags), F.lit(_NO_TAG))
+# Where a position of `_positions` comes from: a stored copy, or a confirmed stub with no copy
+# whose queue still holds its offset (lost after ack) or no longer does (its file expired).
+_COPY, _LOST, _EXPIRED = "copy", "lost", "expired"
+_POSITION = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
 
 
 def _received_by(log: DataFrame) -> DataFrame:
@@ -49,14 +48,6 @@ def _received_by(log: DataFrame) -> DataFrame:
     return log.groupBy("cluster", F.col("msg_id").alias("uniq_key")).agg(
         F.collect_set("group").alias("received_by")
     )
-
-
-def _subscriptions(positions: DataFrame) -> DataFrame:
-    """(cluster, group, topic, tag key) a group has received at least one message of;
-    `positions`: stored copies with their `received_by` and `tag_key`."""
-    return positions.select(
-        "cluster", F.explode("received_by").alias("group"), "topic", "tag_key"
-    ).distinct()
 
 
 def _confirmed_absent(stubs: DataFrame, messages: DataFrame, ingested: DataFrame) -> DataFrame:
@@ -74,138 +65,118 @@ def _confirmed_absent(stubs: DataFrame, messages: DataFrame, ingested: DataFrame
     )
 
 
-def lost_after_ack(
+def _positions(
+    copies: DataFrame,
     stubs: DataFrame,
     messages: DataFrame,
     log: DataFrame,
+    ingested: DataFrame,
     min_offsets: DataFrame,
-    ingested: DataFrame,
 ) -> DataFrame:
+    """Every stored copy and every confirmed stub without one (`source`), with the groups
+    that received its key (`received_by`) and the groups that should have and did not
+    (`missing`: a stub lost after ack has none, it is one row of its own).
+
+    Tag subscriptions are inferred: a group subscribes to the (topic, tag) of the stored
+    copies it received. One pass: the subscribers of each (topic, tag) are gathered over a
+    window of the positions that also carries the rows to judge (joining the subscriptions
+    back would compute the positions twice)."""
     absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="left")
-    lost = absent.filter(
-        F.col("min_offset").isNull() | (F.col("queue_offset") >= F.col("min_offset"))
-    )
-    delivered = log.select("cluster", "msg_id").distinct().withColumn("delivered", F.lit(True))
-    lost = lost.join(delivered, on=["cluster", "msg_id"], how="left")
-    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    return lost.select(
-        "msg_id",
-        F.lit(None).cast("string").alias("group"),
-        F.lit(findings.LOST_AFTER_ACK).alias("kind"),
-        F.when(F.col("delivered"), findings.ABSENT_AFTER_DELIVERY)
-        .otherwise(findings.ABSENT_FROM_COMMITLOG)
-        .alias("cause"),
-        F.lit(1).cast("long").alias("count"),
-        "topic",
-        "cluster",
-        "broker",
-        "queue_id",
-        "queue_offset",
-        F.col("created_at").alias("first_ts"),
-        F.col("updated_at").alias("last_ts"),
-        F.lit(None).cast("long").alias("committed_offset"),
-        "min_offset",
-        F.format_string(
-            "acknowledged at %s (send %d), no copy in any commitlog", where, F.col("send_count")
-        ).alias("detail"),
-    )
-
-
-def _expired_stub_positions(
-    stubs: DataFrame, messages: DataFrame, min_offsets: DataFrame, ingested: DataFrame
-) -> DataFrame:
-    """Confirmed stubs missing from the lake because their queue's files were deleted."""
-    absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="inner")
-    return absent.filter(F.col("queue_offset") < F.col("min_offset")).select(
+    expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+    from_stubs = absent.select(
         F.col("msg_id").alias("uniq_key"),
-        "topic",
-        "tags",
-        "cluster",
-        "broker",
-        "queue_id",
-        "queue_offset",
+        *_POSITION[1:],
         F.col("updated_at").alias("store_ts"),
+        "created_at",
+        "send_count",
+        F.when(expired, _EXPIRED).otherwise(_LOST).alias("source"),
+    )
+    from_copies = copies.select(
+        *_POSITION,
+        "store_ts",
+        F.lit(None).cast("long").alias("created_at"),
+        F.lit(None).cast("int").alias("send_count"),
+        F.lit(_COPY).alias("source"),
+    )
+    per_tag = Window.partitionBy("cluster", "topic", "tag_key")
+    is_copy = F.col("source") == _COPY
+    subscribers = F.flatten(F.collect_set(F.when(is_copy, F.col("received_by"))).over(per_tag))
+    received = F.coalesce(F.col("received_by"), F.array().cast("array<string>"))
+    return (
+        from_copies.unionByName(from_stubs)
+        .withColumn("tag_key", F.coalesce(F.col("tags"), F.lit(_NO_TAG)))
+        .join(_received_by(log), on=["cluster", "uniq_key"], how="left")
+        .withColumn("missing", F.array_except(F.array_distinct(subscribers), received))
     )
 
 
-def undelivered(
-    messages: DataFrame,
-    stubs: DataFrame,
-    log: DataFrame,
-    offsets: DataFrame,
-    ingested: DataFrame,
-    sql_groups: DataFrame | None = None,
-    copies: DataFrame | None = None,
-) -> DataFrame:
-    """never_delivered and expired_before_consumed rows; `copies`: `stored_copies(messages)`,
-    where the caller has it."""
-    copies = stored_copies(messages) if copies is None else copies
-    min_offsets = queue_min_offsets(offsets)
-    # Each position with the groups that received its key: one join of the positions with
-    # the log gives both the subscriptions and who has not received a message yet.
-    received_by = _received_by(log)
-    columns = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
-    stored = (
-        copies.select(*columns, "store_ts")
-        .withColumn("tag_key", _tag_key("tags"))
-        .join(received_by, on=["cluster", "uniq_key"], how="left")
-    )
-    expired_stubs = (
-        _expired_stub_positions(stubs, messages, min_offsets, ingested)
-        .withColumn("tag_key", _tag_key("tags"))
-        .join(received_by, on=["cluster", "uniq_key"], how="left")
-    )
-    latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
-    subscriptions = _subscriptions(stored)
-    # A stored copy's receivers are among its (topic, tag)'s subscribers, by the definition
-    # of subscribing: only a copy with fewer receivers than subscribers has a group to check
-    # (few, in a large lake; each row would otherwise turn into a row per subscriber).
-    subscribers = subscriptions.groupBy("cluster", "topic", "tag_key").agg(
-        F.count(F.lit(1)).alias("subscribers")
-    )
-    missed = (
-        stored.join(subscribers, on=["cluster", "topic", "tag_key"], how="inner")
-        .filter(F.coalesce(F.size("received_by"), F.lit(0)) < F.col("subscribers"))
-        .drop("subscribers")
-    )
-    candidates = (
-        missed.unionByName(expired_stubs)
-        .join(subscriptions, on=["cluster", "topic", "tag_key"], how="inner")
-        .filter(~F.coalesce(F.array_contains("received_by", F.col("group")), F.lit(False)))
-        .drop("received_by")
-    )
-    if sql_groups is not None:
-        candidates = candidates.join(sql_groups, on=["group", *BROKER, "topic"], how="left_anti")
-    candidates = candidates.join(latest, on=[*QUEUE, "group"], how="left").join(
-        min_offsets, on=QUEUE, how="left"
-    )
+def _judged(rows: DataFrame) -> DataFrame:
+    """`audit_losses` rows (before `conform`) of positions with their `group`, committed
+    offset and queue min offset: the kind of each, or none (a backlog not reached yet)."""
+    lost = F.col("source") == _LOST
     expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
     passed = F.col("committed_offset") > F.col("queue_offset")
     kind = (
-        F.when(expired, findings.EXPIRED_BEFORE_CONSUMED)
+        F.when(lost, findings.LOST_AFTER_ACK)
+        .when(expired, findings.EXPIRED_BEFORE_CONSUMED)
         .when(passed, findings.NEVER_DELIVERED)
         .otherwise(F.lit(None).cast("string"))
     )
-    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
-    cause = F.when(expired, findings.FILE_DELETED_BEFORE_DELIVERY).otherwise(
-        findings.OFFSET_PASSED_WITHOUT_DELIVERY
+    cause = (
+        F.when(
+            lost,
+            F.when(F.col("received_by").isNotNull(), findings.ABSENT_AFTER_DELIVERY).otherwise(
+                findings.ABSENT_FROM_COMMITLOG
+            ),
+        )
+        .when(expired, findings.FILE_DELETED_BEFORE_DELIVERY)
+        .otherwise(findings.OFFSET_PASSED_WITHOUT_DELIVERY)
     )
-    detail = F.when(
-        expired,
-        F.format_string(
-            "%s is below the queue's min offset %d; never delivered to the group",
-            where,
-            F.col("min_offset"),
-        ),
-    ).otherwise(
-        F.format_string(
-            "committed offset %d passed %s; never delivered to the group",
-            F.col("committed_offset"),
-            where,
+    where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
+    detail = (
+        F.when(
+            lost,
+            F.format_string(
+                "acknowledged at %s (send %d), no copy in any commitlog", where, F.col("send_count")
+            ),
+        )
+        .when(
+            expired,
+            F.format_string(
+                "%s is below the queue's min offset %d; never delivered to the group",
+                where,
+                F.col("min_offset"),
+            ),
+        )
+        .otherwise(
+            F.format_string(
+                "committed offset %d passed %s; never delivered to the group",
+                F.col("committed_offset"),
+                where,
+            )
         )
     )
-    found = candidates.withColumn("kind", kind).filter(F.col("kind").isNotNull())
-    return undelivered_rows(found, F.col("uniq_key"), F.col("kind"), cause, detail)
+    return (
+        rows.withColumn("kind", kind)
+        .filter(F.col("kind").isNotNull())
+        .select(
+            F.col("uniq_key").alias("msg_id"),
+            "group",
+            "kind",
+            cause.alias("cause"),
+            F.lit(1).cast("long").alias("count"),
+            "topic",
+            "cluster",
+            "broker",
+            "queue_id",
+            "queue_offset",
+            F.when(lost, F.col("created_at")).otherwise(F.col("store_ts")).alias("first_ts"),
+            F.col("store_ts").alias("last_ts"),
+            "committed_offset",
+            "min_offset",
+            detail.alias("detail"),
+        )
+    )
 
 
 def audit_losses(
@@ -219,10 +190,19 @@ def audit_losses(
     copies: DataFrame | None = None,
 ) -> DataFrame:
     """The `audit_losses` table; `ingested` has (cluster, broker, ingested_to_ms); `copies`:
-    see `undelivered`."""
+    `stored_copies(messages)`, where the caller has it."""
+    copies = stored_copies(messages) if copies is None else copies
     min_offsets = queue_min_offsets(offsets)
-    return (
-        lost_after_ack(stubs, messages, log, min_offsets, ingested)
-        .unionByName(undelivered(messages, stubs, log, offsets, ingested, sql_groups, copies))
-        .transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
+    positions = _positions(copies, stubs, messages, log, ingested, min_offsets)
+    # A lost stub is one row (no group); any other position, one row per group missing it.
+    groups = F.when(F.col("source") == _LOST, F.array(F.lit(None).cast("string"))).otherwise(
+        F.col("missing")
     )
+    rows = positions.withColumn("group", F.explode(groups)).drop("missing")
+    if sql_groups is not None:  # (a lost stub's null group matches none of them)
+        rows = rows.join(sql_groups, on=["group", *BROKER, "topic"], how="left_anti")
+    latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
+    rows = rows.join(latest, on=[*QUEUE, "group"], how="left").join(
+        min_offsets, on=QUEUE, how="left"
+    )
+    return _judged(rows).transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
