@@ -26,6 +26,8 @@ duplicate delivery alone may have been harmless (an idempotent consumer).
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -44,14 +46,21 @@ _GROUP_MSG = ["cluster", "group", "msg_id"]
 _ACTIVITY = ["cluster", "group", "broker", "topic", "queue_id", "client_id"]
 
 
+def _with_two_or_more(df: DataFrame, key: list[str]) -> DataFrame:
+    """The rows of `df` with no null in `key` whose `key` two or more rows share: one
+    shuffle of `df` by the key (a count joined back to `df` computed and shuffled it twice)."""
+    n = F.count(F.lit(1)).over(Window.partitionBy(*key))
+    known = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in key])
+    return df.filter(known).withColumn("_n", n).filter(F.col("_n") >= 2).drop("_n")
+
+
 def stored_twice(messages: DataFrame, copies: DataFrame | None = None) -> DataFrame:
     """UNIQ_KEYs with two or more stored copies in their topic (producer resend).
     `copies`: `stored_copies(messages)`, where the caller has it."""
     copies = stored_copies(messages) if copies is None else copies
     # Most keys have one copy: the lists and texts below are built for the others only.
     key = ["cluster", "topic", "uniq_key"]
-    resent = copies.groupBy(*key).count().filter(F.col("count") >= 2).drop("count")
-    copies = copies.join(resent, on=key, how="left_semi")
+    copies = _with_two_or_more(copies, key)
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     grouped = copies.groupBy(*key).agg(
         F.count(F.lit(1)).alias("count"),
@@ -167,8 +176,7 @@ def repeated_deliveries(log: DataFrame) -> DataFrame:
     """The deliveries of the messages a group received more than once: the only ones with an
     extra delivery to explain (few, in a large log). The audit job keeps them in memory:
     `delivered_twice` reads them three times."""
-    twice = log.groupBy(*_GROUP_MSG).count().filter(F.col("count") >= 2).drop("count")
-    return log.join(twice, on=_GROUP_MSG, how="left_semi")
+    return _with_two_or_more(log, _GROUP_MSG)
 
 
 def delivered_twice(log: DataFrame, repeated: DataFrame | None = None) -> DataFrame:
