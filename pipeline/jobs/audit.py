@@ -138,7 +138,8 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     def read(name: str, schema: Any) -> DataFrame:
         return io.read(table_path(lake, name), schema)
 
-    messages = read("messages", schemas.MESSAGES).select(*MESSAGE_COLUMNS)
+    stored = read("messages", schemas.MESSAGES)  # one version for both views of it below
+    messages = stored.select(*MESSAGE_COLUMNS)
     offsets = read("consumer_offsets", schemas.CONSUMER_OFFSETS)
     if "min_offset" not in offsets.columns:  # the queue's min offset, where ingest records it
         offsets = offsets.withColumn("min_offset", F.lit(None).cast("long"))
@@ -166,7 +167,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
         rabbit_routes=routes.persist(keep),
         transactions=read("transactions", schemas.TRANSACTIONS),
         filters=filters,
-        filtered_messages=read("messages", schemas.MESSAGES).join(
+        filtered_messages=stored.join(
             filters.select(*_TOPIC).distinct(), on=_TOPIC, how="left_semi"
         ),
         copies=stored_copies(messages),
