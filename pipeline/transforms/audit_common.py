@@ -169,11 +169,16 @@ def position_text(broker: Column, topic: Column, queue_id: Column, offset: Colum
 
 
 def undelivered_rows(
-    df: DataFrame, msg_id: Column, kind: Column, cause: Column, detail: Column
+    df: DataFrame,
+    msg_id: Column,
+    kind: Column,
+    cause: Column,
+    detail: Column,
+    first_ts: Column | None = None,
 ) -> DataFrame:
-    """`audit_losses` rows (before `conform`) of stored messages a group never received:
-    one per (message, group), with the queue position, the group's committed offset and
-    the queue's min offset of `df`."""
+    """`audit_losses` rows (before `conform`) of messages a group never received: one per
+    (message, group), with the queue position, the group's committed offset and the queue's
+    min offset of `df`; first seen at `first_ts` (default: when stored), last when stored."""
     return df.select(
         msg_id.alias("msg_id"),
         "group",
@@ -185,7 +190,7 @@ def undelivered_rows(
         "broker",
         "queue_id",
         "queue_offset",
-        F.col("store_ts").alias("first_ts"),
+        (F.col("store_ts") if first_ts is None else first_ts).alias("first_ts"),
         F.col("store_ts").alias("last_ts"),
         "committed_offset",
         "min_offset",

@@ -20,7 +20,7 @@ whose file was deleted first as `expired_before_consumed` (rows of this table:
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
@@ -34,6 +34,7 @@ from pipeline.transforms.audit_common import (
     position_text,
     queue_min_offsets,
     stored_copies,
+    undelivered_rows,
 )
 
 _NO_TAG = ""
@@ -41,6 +42,11 @@ _NO_TAG = ""
 # whose queue still holds its offset (lost after ack) or no longer does (its file expired).
 _COPY, _LOST, _EXPIRED = "copy", "lost", "expired"
 _POSITION = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
+
+
+def _below_min_offset() -> Column:
+    """A position below its queue's min offset: its file was deleted."""
+    return F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
 
 
 def _received_by(log: DataFrame) -> DataFrame:
@@ -82,7 +88,7 @@ def _positions(
     window of the positions that also carries the rows to judge (joining the subscriptions
     back would compute the positions twice)."""
     absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="left")
-    expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+    expired = _below_min_offset()
     from_stubs = absent.select(
         F.col("msg_id").alias("uniq_key"),
         *_POSITION[1:],
@@ -114,7 +120,7 @@ def _judged(rows: DataFrame) -> DataFrame:
     """`audit_losses` rows (before `conform`) of positions with their `group`, committed
     offset and queue min offset: the kind of each, or none (a backlog not reached yet)."""
     lost = F.col("source") == _LOST
-    expired = F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+    expired = _below_min_offset()
     passed = F.col("committed_offset") > F.col("queue_offset")
     kind = (
         F.when(lost, findings.LOST_AFTER_ACK)
@@ -156,27 +162,10 @@ def _judged(rows: DataFrame) -> DataFrame:
             )
         )
     )
-    return (
-        rows.withColumn("kind", kind)
-        .filter(F.col("kind").isNotNull())
-        .select(
-            F.col("uniq_key").alias("msg_id"),
-            "group",
-            "kind",
-            cause.alias("cause"),
-            F.lit(1).cast("long").alias("count"),
-            "topic",
-            "cluster",
-            "broker",
-            "queue_id",
-            "queue_offset",
-            F.when(lost, F.col("created_at")).otherwise(F.col("store_ts")).alias("first_ts"),
-            F.col("store_ts").alias("last_ts"),
-            "committed_offset",
-            "min_offset",
-            detail.alias("detail"),
-        )
-    )
+    # A lost stub's row is first seen when it was sent, last when it was acknowledged.
+    first_ts = F.when(lost, F.col("created_at")).otherwise(F.col("store_ts"))
+    found = rows.withColumn("kind", kind).filter(F.col("kind").isNotNull())
+    return undelivered_rows(found, F.col("uniq_key"), F.col("kind"), cause, detail, first_ts)
 
 
 def audit_losses(
