@@ -38,15 +38,19 @@ from pipeline.transforms.audit_common import (
 )
 
 _NO_TAG = ""
-# Where a position of `_positions` comes from: a stored copy, or a confirmed stub with no copy
-# whose queue still holds its offset (lost after ack) or no longer does (its file expired).
-_COPY, _LOST, _EXPIRED = "copy", "lost", "expired"
+# Where a position of `_positions` comes from: a stored copy, or a confirmed stub with no copy.
+_COPY, _STUB = "copy", "stub"
 _POSITION = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
 
 
 def _below_min_offset() -> Column:
     """A position below its queue's min offset: its file was deleted."""
     return F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+
+
+def _lost() -> Column:
+    """A confirmed stub with no copy whose queue still holds its offset: lost after ack."""
+    return (F.col("source") == _STUB) & ~_below_min_offset()
 
 
 def _received_by(log: DataFrame) -> DataFrame:
@@ -79,23 +83,21 @@ def _positions(
     ingested: DataFrame,
     min_offsets: DataFrame,
 ) -> DataFrame:
-    """Every stored copy and every confirmed stub without one (`source`), with the groups
-    that received its key (`received_by`) and the groups that should have and did not
-    (`missing`: a stub lost after ack has none, it is one row of its own).
+    """Every stored copy and every confirmed stub without one (`source`), with its queue's
+    min offset, the groups that received its key (`received_by`) and the groups that should
+    have and did not (`missing`; a stub lost after ack is one row of its own).
 
     Tag subscriptions are inferred: a group subscribes to the (topic, tag) of the stored
     copies it received. One pass: the subscribers of each (topic, tag) are gathered over a
     window of the positions that also carries the rows to judge (joining the subscriptions
     back would compute the positions twice)."""
-    absent = _confirmed_absent(stubs, messages, ingested).join(min_offsets, on=QUEUE, how="left")
-    expired = _below_min_offset()
-    from_stubs = absent.select(
+    from_stubs = _confirmed_absent(stubs, messages, ingested).select(
         F.col("msg_id").alias("uniq_key"),
         *_POSITION[1:],
         F.col("updated_at").alias("store_ts"),
         "created_at",
         "send_count",
-        F.when(expired, _EXPIRED).otherwise(_LOST).alias("source"),
+        F.lit(_STUB).alias("source"),
     )
     from_copies = copies.select(
         *_POSITION,
@@ -110,6 +112,7 @@ def _positions(
     received = F.coalesce(F.col("received_by"), F.array().cast("array<string>"))
     return (
         from_copies.unionByName(from_stubs)
+        .join(min_offsets, on=QUEUE, how="left")
         .withColumn("tag_key", F.coalesce(F.col("tags"), F.lit(_NO_TAG)))
         .join(_received_by(log), on=["cluster", "uniq_key"], how="left")
         .withColumn("missing", F.array_except(F.array_distinct(subscribers), received))
@@ -117,9 +120,9 @@ def _positions(
 
 
 def _judged(rows: DataFrame) -> DataFrame:
-    """`audit_losses` rows (before `conform`) of positions with their `group`, committed
-    offset and queue min offset: the kind of each, or none (a backlog not reached yet)."""
-    lost = F.col("source") == _LOST
+    """`audit_losses` rows (before `conform`) of positions with their `group` and committed
+    offset: the kind of each, or none (a backlog not reached yet)."""
+    lost = _lost()
     expired = _below_min_offset()
     passed = F.col("committed_offset") > F.col("queue_offset")
     kind = (
@@ -181,17 +184,12 @@ def audit_losses(
     """The `audit_losses` table; `ingested` has (cluster, broker, ingested_to_ms); `copies`:
     `stored_copies(messages)`, where the caller has it."""
     copies = stored_copies(messages) if copies is None else copies
-    min_offsets = queue_min_offsets(offsets)
-    positions = _positions(copies, stubs, messages, log, ingested, min_offsets)
+    positions = _positions(copies, stubs, messages, log, ingested, queue_min_offsets(offsets))
     # A lost stub is one row (no group); any other position, one row per group missing it.
-    groups = F.when(F.col("source") == _LOST, F.array(F.lit(None).cast("string"))).otherwise(
-        F.col("missing")
-    )
+    groups = F.when(_lost(), F.array(F.lit(None).cast("string"))).otherwise(F.col("missing"))
     rows = positions.withColumn("group", F.explode(groups)).drop("missing")
     if sql_groups is not None:  # (a lost stub's null group matches none of them)
         rows = rows.join(sql_groups, on=["group", *BROKER, "topic"], how="left_anti")
     latest = latest_offsets(offsets).select(*QUEUE, "group", "committed_offset")
-    rows = rows.join(latest, on=[*QUEUE, "group"], how="left").join(
-        min_offsets, on=QUEUE, how="left"
-    )
+    rows = rows.join(latest, on=[*QUEUE, "group"], how="left")
     return _judged(rows).transform(conform(audit_schemas.AUDIT_LOSSES, as_of_ms))
