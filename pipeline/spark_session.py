@@ -219,6 +219,11 @@ def build_spark(
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
+        # Adaptive execution joins two shuffled inputs by a hash of one side's partition,
+        # without sorting either, where every partition of that side is at most this size
+        # (larger ones keep the sort-merge join, which spills): on the 4M-row lake the
+        # ConsumeQueue's join with the messages took 8.3 s instead of 9.7 s.
+        .config("spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold", "64MB")
         # PySpark sends each DataFrame API call's Python call site to the JVM (for error
         # messages): about ten py4j round trips per call, half of the time the audit spends
         # building its plans. Static: it holds from the session's start.

@@ -114,7 +114,9 @@ def _overlaps(steps: DataFrame, log: DataFrame) -> DataFrame:
         )
     )
     # Only the queues of the clients probed matter (the window is per client and queue).
-    probed = probes.select(*_ACTIVITY).distinct()
+    # There are at most as many as clients times queues: sent to each task whole, so the
+    # log is filtered where it is read (a join would shuffle all of it first).
+    probed = F.broadcast(probes.select(*_ACTIVITY).distinct())
     receipts = log.join(probed, on=_ACTIVITY, how="left_semi").select(
         *_ACTIVITY,
         F.col("received_at").alias("t"),
