@@ -13,8 +13,9 @@ figures against their targets (reported, never asserted).
 4. ingest: `run_ingest` on local[2] into a fresh lake, timed after the JVM has started,
    with each Delta backend in turn (native delta-spark, then embedded delta-rs) in one
    session, each after a warm-up ingest of 20,000 messages into a throwaway lake (the
-   first Delta commits of a JVM load delta-spark's classes): messages/s of each and their
-   ratio.
+   first Delta commits of a JVM load delta-spark's classes); then the backends take turns,
+   --rounds times (default ROUNDS), the page cache synced before each run: messages/s of
+   each backend's median run and their ratio.
 5. memory: ingest in a fresh process at two sizes; peak RSS during the ingest of the driver
    (the Python process plus the Spark JVM, which holds the driver in local mode) at the
    larger size over the smaller.
@@ -224,12 +225,19 @@ def ingest(
     master: str,
     backends: tuple[str, ...] = ("",),
     warm_up: Path | None = None,
+    rounds: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """`run_ingest` into a fresh lake with each Delta backend ("" the default), in one
     session started beforehand; figures by backend. With `warm_up` (a small data dir), each
     backend first ingests it into a throwaway lake: a JVM's first Delta commits load and
     compile delta-spark's classes (tens of seconds on a busy machine), which the timed runs
-    should not count; the warm-up's own time is reported."""
+    should not count; the warm-up's own time is reported.
+
+    The backends take turns, `rounds` times, each round starting with the next one, and
+    each backend's figures are those of its median run (every run's seconds are listed). A
+    single run of each mostly measured which went first: the first large ingest of a JVM
+    took 3.05-6.19 s, the later ones 1.6-2.2 s. The page cache is synced before each run,
+    so that none pays for the write-back of the 1 GB of files the one before wrote."""
     from pipeline.jobs.ingest import run_ingest
     from pipeline.spark_session import BACKEND_ENV, build_spark
 
@@ -237,46 +245,66 @@ def ingest(
     spark = build_spark("mqaudit-ingest-bench", master)
     jvm_start = time.perf_counter() - t0
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
-    out = {}
     warm_s: dict[str, float] = {}
-    for backend in backends:
-        if backend:
-            os.environ[BACKEND_ENV] = backend
-        if warm_up is not None:
-            throwaway = lake.with_name(f"{lake.name}-warm-up")
-            shutil.rmtree(throwaway, ignore_errors=True)
-            start = time.perf_counter()
-            run_ingest(warm_up, throwaway, spark, progress=False)
-            warm_s[backend] = round(time.perf_counter() - start, 1)
-            shutil.rmtree(throwaway, ignore_errors=True)
-        shutil.rmtree(lake, ignore_errors=True)
-        with _PeakRss(pid) as rss:
-            cpu = _cpu_seconds(pid) + time.process_time()
-            start = time.perf_counter()
-            summary = run_ingest(data_dir, lake, spark)
-            seconds = time.perf_counter() - start
-            cpu = _cpu_seconds(pid) + time.process_time() - cpu
-        os.environ.pop(BACKEND_ENV, None)
-        log_bytes = sum(
-            b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
-        )
-        out[summary["backend"]] = {
-            "messages": summary["messages"],
-            "jvm_start_seconds": round(jvm_start, 1),
-            "warm_up_seconds": warm_s.get(backend),
-            "ingest_seconds": round(seconds, 2),
-            "ingest_messages_per_s": round(summary["messages"] / seconds),
-            "ingest_mb_per_s": round(log_bytes / seconds / 1e6, 1),
-            # CPU seconds of the driver, the JVM and its Python workers: on a shared machine
-            # the wall-clock figures above depend on what else runs; this one much less.
-            "ingest_cpu_seconds": round(cpu, 1),
-            "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
-            "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
-            "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
-            "load_average": round(os.getloadavg()[0], 1),
-        }
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for n in range(rounds + (warm_up is not None)):
+        for backend in backends[n % len(backends) :] + backends[: n % len(backends)]:
+            if backend:
+                os.environ[BACKEND_ENV] = backend
+            if n == 0 and warm_up is not None:
+                throwaway = lake.with_name(f"{lake.name}-warm-up")
+                shutil.rmtree(throwaway, ignore_errors=True)
+                start = time.perf_counter()
+                run_ingest(warm_up, throwaway, spark, progress=False)
+                warm_s[backend] = round(time.perf_counter() - start, 1)
+                shutil.rmtree(throwaway, ignore_errors=True)
+            else:
+                run = _timed_ingest(data_dir, lake, spark, pid)
+                runs.setdefault(run["backend"], []).append(run)
+            os.environ.pop(BACKEND_ENV, None)
     spark.stop()
+    out = {}
+    for backend, done in runs.items():
+        median = sorted(done, key=lambda r: r["ingest_seconds"])[len(done) // 2]
+        out[backend] = {
+            "messages": median["messages"],
+            "jvm_start_seconds": round(jvm_start, 1),
+            "warm_up_seconds": warm_s.get(backend) or warm_s.get(""),
+            "rounds_seconds": [r["ingest_seconds"] for r in done],
+            **{k: v for k, v in median.items() if k not in ("backend", "messages")},
+        }
     return out
+
+
+def _timed_ingest(data_dir: Path, lake: Path, spark: Any, pid: int) -> dict[str, Any]:
+    """One ingest of `data_dir` into a fresh lake: its figures."""
+    from pipeline.jobs.ingest import run_ingest
+
+    shutil.rmtree(lake, ignore_errors=True)
+    os.sync()  # the write-back of the lake just removed and of the run before
+    with _PeakRss(pid) as rss:
+        cpu = _cpu_seconds(pid) + time.process_time()
+        start = time.perf_counter()
+        summary = run_ingest(data_dir, lake, spark)
+        seconds = time.perf_counter() - start
+        cpu = _cpu_seconds(pid) + time.process_time() - cpu
+    log_bytes = sum(
+        b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
+    )
+    return {
+        "backend": summary["backend"],
+        "messages": summary["messages"],
+        "ingest_seconds": round(seconds, 2),
+        "ingest_messages_per_s": round(summary["messages"] / seconds),
+        "ingest_mb_per_s": round(log_bytes / seconds / 1e6, 1),
+        # CPU seconds of the driver, the JVM and its Python workers: on a shared machine
+        # the wall-clock figures above depend on what else runs; this one much less.
+        "ingest_cpu_seconds": round(cpu, 1),
+        "ingest_messages_per_cpu_s": round(summary["messages"] / cpu),
+        "driver_python_peak_rss_mb": round(rss.peak_me / 2**20),
+        "driver_jvm_peak_rss_mb": round(rss.peak / 2**20),
+        "load_average": round(os.getloadavg()[0], 1),
+    }
 
 
 def main() -> int:
@@ -287,6 +315,7 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--rss-sizes", default="1000000,4000000", help="two sizes, or 'none'")
     p.add_argument("--backends", default="native,embedded", help="Delta backends to time")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="timed ingests of each backend")
     p.add_argument("--step", choices=["generate", "ingest"], help=argparse.SUPPRESS)
     args = p.parse_args()
     data = args.work / f"data-{args.messages}"
@@ -327,7 +356,8 @@ def main() -> int:
     )
     warm_up = args.work / f"data-{WARM_UP_MESSAGES}"
     make_cluster(warm_up, WARM_UP_MESSAGES, args.size)
-    results = ingest(data, lake, args.master, tuple(args.backends.split(",")), warm_up)
+    backends = tuple(args.backends.split(","))
+    results = ingest(data, lake, args.master, backends, warm_up, args.rounds)
     rows: list[tuple[str, Any, str]] = []
     for backend, result in results.items():
         print(json.dumps({"stage": f"ingest ({backend})", **result}), flush=True)
