@@ -236,7 +236,7 @@ def ingest(
     The backends take turns, `rounds` times, each round starting with the next one, and
     each backend's figures are those of its median run (every run's seconds are listed). A
     single run of each mostly measured which went first: the first large ingest of a JVM
-    took 3.05-6.19 s, the later ones 1.6-2.2 s. The page cache is synced before each run,
+    took 3.05-6.19 s, the later ones 1.6-2.6 s. The page cache is synced before each run,
     so that none pays for the write-back of the 1 GB of files the one before wrote."""
     from pipeline.jobs.ingest import run_ingest
     from pipeline.spark_session import BACKEND_ENV, build_spark
