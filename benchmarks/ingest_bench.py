@@ -269,7 +269,7 @@ def ingest(
         out[backend] = {
             "messages": median["messages"],
             "jvm_start_seconds": round(jvm_start, 1),
-            "warm_up_seconds": warm_s.get(backend) or warm_s.get(""),
+            "warm_up_seconds": warm_s.get(backend, warm_s.get("")),
             "rounds_seconds": [r["ingest_seconds"] for r in done],
             **{k: v for k, v in median.items() if k not in ("backend", "messages")},
         }
