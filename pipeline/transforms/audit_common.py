@@ -163,6 +163,12 @@ def queue_min_offsets(offsets: DataFrame) -> DataFrame:
     )
 
 
+def below_min_offset() -> Column:
+    """A row's queue position below its queue's `min_offset` (of `queue_min_offsets`): its
+    file was deleted."""
+    return F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
+
+
 def position_text(broker: Column, topic: Column, queue_id: Column, offset: Column) -> Column:
     """`broker/topic/queue@offset`, how the audit rows name a queue position."""
     return F.format_string("%s/%s/%s@%s", broker, topic, queue_id, offset)

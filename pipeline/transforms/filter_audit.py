@@ -43,6 +43,7 @@ from broker_runtime.common.sql_filter import SqlFilter, SqlFilterError, compile_
 from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     QUEUE,
+    below_min_offset,
     conform,
     latest_offsets,
     position_text,
@@ -144,10 +145,7 @@ def _expected(judged: DataFrame, offsets: DataFrame) -> DataFrame:
     return (
         judged.filter(_selected())
         .join(queue_min_offsets(offsets), on=QUEUE, how="left")
-        .withColumn(
-            "expired",
-            F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset")),
-        )
+        .withColumn("expired", below_min_offset())
     )
 
 
@@ -243,7 +241,7 @@ def expired_unreceived(
     where = position_text(F.col("broker"), F.col("topic"), F.col("queue_id"), F.col("queue_offset"))
     below = (  # only these are judged: most audits have none, and run no UDF for this
         messages.join(queue_min_offsets(offsets), on=QUEUE, how="inner")
-        .filter(F.col("queue_offset") < F.col("min_offset"))
+        .filter(below_min_offset())
         .drop("min_offset")
     )
     return (

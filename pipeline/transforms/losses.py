@@ -29,6 +29,7 @@ from pipeline import audit_schemas
 from pipeline.transforms.audit_common import (
     BROKER,
     QUEUE,
+    below_min_offset,
     conform,
     latest_offsets,
     position_text,
@@ -43,14 +44,9 @@ _COPY, _STUB = "copy", "stub"
 _POSITION = ["uniq_key", "topic", "tags", "cluster", "broker", "queue_id", "queue_offset"]
 
 
-def _below_min_offset() -> Column:
-    """A position below its queue's min offset: its file was deleted."""
-    return F.col("min_offset").isNotNull() & (F.col("queue_offset") < F.col("min_offset"))
-
-
 def _lost() -> Column:
     """A confirmed stub with no copy whose queue still holds its offset: lost after ack."""
-    return (F.col("source") == _STUB) & ~_below_min_offset()
+    return (F.col("source") == _STUB) & ~below_min_offset()
 
 
 def _received_by(log: DataFrame) -> DataFrame:
@@ -123,7 +119,7 @@ def _judged(rows: DataFrame) -> DataFrame:
     """`audit_losses` rows (before `conform`) of positions with their `group` and committed
     offset: the kind of each, or none (a backlog not reached yet)."""
     lost = _lost()
-    expired = _below_min_offset()
+    expired = below_min_offset()
     passed = F.col("committed_offset") > F.col("queue_offset")
     kind = (
         F.when(lost, findings.LOST_AFTER_ACK)
