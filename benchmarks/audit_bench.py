@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from audit_lake import T0, build_lake
-from ingest_bench import _cpu_seconds
 from pyspark.sql import SparkSession
+from spark_process import cpu_seconds
 
 from broker_runtime.common.progress import show_progress
 from pipeline.lake import table_path
@@ -46,11 +46,11 @@ def time_audit(spark: SparkSession, lake: Path, n: int) -> dict[str, Any]:
     for name in AUDIT_TABLES:
         shutil.rmtree(table_path(lake, name), ignore_errors=True)
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
-    cpu = _cpu_seconds(pid) + time.process_time()
+    cpu = cpu_seconds(pid) + time.process_time()
     start = time.perf_counter()
     summary = run_audit(lake, spark, as_of_ms=T0 + n + 120_000)
     seconds = time.perf_counter() - start
-    cpu = _cpu_seconds(pid) + time.process_time() - cpu
+    cpu = cpu_seconds(pid) + time.process_time() - cpu
     return {
         "audit_seconds": round(seconds, 2),
         "audit_cpu_seconds": round(cpu, 1),

@@ -29,12 +29,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from spark_process import PeakRss, cpu_seconds
 
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
@@ -177,48 +178,6 @@ def parse_only(tasks: list[RangeTask]) -> dict[str, float]:
     }
 
 
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of the JVM and every process it started (the Python workers)."""
-    import psutil
-
-    total = 0.0
-    jvm = psutil.Process(pid)
-    for proc in [jvm, *jvm.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            pass
-    return total
-
-
-class _PeakRss:
-    """Samples the RSS of the JVM and of this (driver) process every 0.2 s while running."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.proc = psutil.Process(pid)
-        self.me = psutil.Process()
-        self.peak = 0
-        self.peak_me = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            self.peak_me = max(self.peak_me, self.me.memory_info().rss)
-
-    def __enter__(self) -> _PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def ingest(
     data_dir: Path,
     lake: Path,
@@ -282,12 +241,12 @@ def _timed_ingest(data_dir: Path, lake: Path, spark: Any, pid: int) -> dict[str,
 
     shutil.rmtree(lake, ignore_errors=True)
     os.sync()  # the write-back of the lake just removed and of the run before
-    with _PeakRss(pid) as rss:
-        cpu = _cpu_seconds(pid) + time.process_time()
+    with PeakRss(pid) as rss:
+        cpu = cpu_seconds(pid) + time.process_time()
         start = time.perf_counter()
         summary = run_ingest(data_dir, lake, spark)
         seconds = time.perf_counter() - start
-        cpu = _cpu_seconds(pid) + time.process_time() - cpu
+        cpu = cpu_seconds(pid) + time.process_time() - cpu
     log_bytes = sum(
         b["plan_end"] - b["start"] for b in summary["brokers"] if b["source"] == "commitlog"
     )
