@@ -260,6 +260,11 @@ class _Ingest:
                     )
                 )
                 snap = None
+            # consumerOffset.json is dated by its last write, but its queues' bounds are read
+            # now: where the history has a snapshot since that write, the file's snapshot
+            # would put later bounds before it (a queue seen to shrink), and adds nothing.
+            if snap is not None and any(s.snapshot_ts >= snap.snapshot_ts for s in snaps):
+                snap = None
             for one in [*snaps, *([snap] if snap is not None else [])]:
                 if (*b.replica, one.snapshot_ts) not in have:
                     have.add((*b.replica, one.snapshot_ts))

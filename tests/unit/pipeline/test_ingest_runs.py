@@ -259,3 +259,27 @@ def test_a_masters_offset_history_is_ingested_once_as_snapshots_of_their_own(
     assert (bad["broker"], bad["broker_id"]) == (store_dir.parent.name, 0)
     kept = {(r["broker"], r["broker_id"]) for r in rows(spark, lake, "consumer_filters")}
     assert (store_dir.parent.name, 0) not in kept and ("broker-a", 1) in kept
+
+
+def test_a_consumer_offset_file_older_than_the_history_adds_no_snapshot(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """consumerOffset.json is dated by its last write and its queues' bounds are read by the
+    ingest: where the master's history has a snapshot since that write, the file's would put
+    later bounds before it (the queue seen to shrink), so it is left out. A replica without
+    history keeps the file's snapshot."""
+    data = make_cluster(tmp_path)
+    master = data / "brokers" / "broker-a" / "master"
+    written = 1_700_000_000_000
+    ns = written * 1_000_000
+    os.utime(master / "config" / "consumerOffset.json", ns=(ns, ns))
+    # Half a second after the file's write, Topic0's queue 0 held 2 messages; it holds more now.
+    entry = offset_history.snapshot(written + 500, {"Topic0@groupA": {0: 2}}, lambda t, q: (0, 2))
+    offset_history.write(master, entry, keep=10)
+    lake = tmp_path / "lake"
+    ingest(spark, data, lake)
+    dated: dict[tuple[str, int], set[int]] = {}
+    for r in rows(spark, lake, "consumer_offsets"):
+        dated.setdefault((r["broker"], r["broker_id"]), set()).add(r["snapshot_ts"])
+    assert dated[("broker-a", 0)] == {written + 500}
+    assert len(dated[("broker-a", 1)]) == 1  # the slave's copy of the file, as it was
