@@ -37,10 +37,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from broker_runtime.cluster import supervisor
-from broker_runtime.cluster.layout import ClusterLayout
 from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
 from pipeline.demo_dags import DagWorker
+from pipeline.demo_lossy import LossyCluster
 from pipeline.demo_rabbit import (
     RabbitFailed,
     RabbitSide,
@@ -130,6 +129,7 @@ class Demo:
         self.started = time.monotonic()
         self.after_task: dict[str, Callable[[], object]] = {}  # called once the task ends
         self._stopping: list[Future[None]] = []
+        self.lossy = LossyCluster(self.data_dir)
 
     # -- output -----------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -166,6 +166,7 @@ class Demo:
                 self.step("rabbitmq workload (waited for)", self.rabbit.wait)
                 self.timings["rabbitmq node and workload (background)"] = self.rabbit.seconds
             self.step("mq_audit", lambda: self.dag_test(dags, "mq_audit"))
+            self.lossy.start()
             self.step("mq_retry_resend", lambda: self.dag_test(dags, "mq_retry_resend"))
             self.step("mq_dlq_report", lambda: self.dag_test(dags, "mq_dlq_report"))
             group = pick_replay_group(self.reports, self.truth)
@@ -188,6 +189,7 @@ class Demo:
             with ThreadPoolExecutor(1) as pool:
                 for stopped in [pool.submit(dags.stop), *self.stop_sources()]:
                     stopped.result()
+            self.lossy.stop()
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(
@@ -260,23 +262,19 @@ class Demo:
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
 
     def repair_losses(self, dags: DagWorker) -> None:
-        """The lost_after_ack losses of the workload's master-crash cluster, sent again from
-        its producer ledger's kept bodies (mq_loss_repair with that `cluster`, on the lake's
-        rows of it): its nodes start again for it and stop after. The next mq_audit
-        verifies what came back."""
-        root = self.data_dir / "scenarios" / LOSSY_CLUSTER
-        if not (root / "cluster.json").exists():
+        """The lost_after_ack losses of the master-crash cluster (started again meanwhile:
+        pipeline.demo_lossy), sent again from its producer ledger's kept bodies
+        (mq_loss_repair with that `cluster`, on the lake's rows of it); it stops after. The
+        next mq_audit verifies what came back."""
+        if not self.lossy.exists():
             self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
             return
-        layout = ClusterLayout.load(root)
-        try:  # its nodes are this process's children: started, and stopped, here
-            for node in layout.nodes:  # name servers first
-                supervisor.start_node(layout, node, None, 120.0)
-            supervisor.wait_ready(layout, 120.0)  # every broker on the name servers
+        try:
+            self.lossy.wait_ready()
             conf = {"cluster": LOSSY_CLUSTER, "dry_run": False, "max_messages": 10000}
             self.dag_test(dags, "mq_loss_repair", {**conf, "messages_per_second": 500})
         finally:
-            supervisor.down(ClusterLayout.load(root), 10.0)
+            self.lossy.stop()
 
     # -- Airflow ----------------------------------------------------------------------------
     def airflow_env(self) -> dict[str, str]:

@@ -293,20 +293,25 @@ def up(settings: ClusterSettings) -> ClusterLayout:
     if settings.acl_file is None:  # before the nodes start side by side
         make_ha_secret(Path(layout.data_dir))
     layout.save()
+    start_all(layout, settings, settings.timeout_s)
+    return layout
+
+
+def start_all(layout: ClusterLayout, settings: ClusterSettings | None, timeout_s: float) -> None:
+    """Start every node of `layout`, each role's nodes side by side (name servers first), and
+    wait until the cluster is ready; on failure, stop what started. With `settings`, on fresh
+    ports; without, a stopped cluster starts again on its own."""
     try:
-        for role in ("namesrv", "master", "slave"):  # each role's nodes start side by side
+        for role in ("namesrv", "master", "slave"):
             nodes = [n for n in layout.nodes if n.role == role]
             with ThreadPoolExecutor(len(nodes) or 1) as pool:
-                futures = [
-                    pool.submit(start_node, layout, n, settings, settings.timeout_s) for n in nodes
-                ]
+                futures = [pool.submit(start_node, layout, n, settings, timeout_s) for n in nodes]
                 for f in futures:
                     f.result()
-        wait_ready(layout, settings.timeout_s)
+        wait_ready(layout, timeout_s)
     except BaseException:
         down(layout)
         raise
-    return layout
 
 
 # -- status and stop -----------------------------------------------------------------------------
