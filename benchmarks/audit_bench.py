@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from audit_lake import T0, build_lake
+from machine import cpu_probe_seconds
 from pyspark.sql import SparkSession
 from spark_process import cpu_seconds
 
@@ -93,6 +94,7 @@ def main() -> int:
     for size in sizes:
         lake, n, rows, built = lakes[size]
         for backend in backends:  # side by side: the same lake, one backend after the other
+            probe = cpu_probe_seconds()
             with _backend(backend):
                 runs = [time_audit(spark, lake, n) for _ in range(args.repeat)]
             best = min(runs, key=lambda r: r["audit_seconds"])
@@ -108,6 +110,7 @@ def main() -> int:
                 "all_seconds": [r["audit_seconds"] for r in runs],
                 "ledger_rows_per_s": round(ledger / best["audit_seconds"]),
                 "load_average": [round(x, 2) for x in os.getloadavg()],
+                "cpu_probe_seconds": [probe, cpu_probe_seconds()],
             }
             results.setdefault(backend, []).append(result)
             print(json.dumps(result), flush=True)
@@ -140,6 +143,11 @@ def main() -> int:
             ),
             (f"{backend}: time ratio", f["time_ratio"], f"<= {TARGET_RATIO}"),
             (f"{backend}: CPU ratio", f["cpu_ratio"], "(CPU-seconds, less load-bound)"),
+            (
+                f"{backend}: cpu probe s, before / after",
+                " / ".join(str(p) for r in (small, large) for p in r["cpu_probe_seconds"]),
+                "(benchmarks/machine.py)",
+            ),
         ]
     if {"native", "embedded"} <= set(results):
         for i, size in enumerate(sizes):

@@ -5,7 +5,8 @@ set-up, then reads what it wrote: the seconds of each demo step (OUT/summary.jso
 each mq_audit task (the `[DAG TEST] starting` / `end task` lines of OUT/logs/mq_audit.log).
 Prints one JSON line per run, then a table of the figures against the goals of issue 21
 (mq_audit on the demo's data at most 30 s, the demo at most 120 s), reported, never asserted.
-The load average at the start and end of each run stands beside it: the machine is shared.
+The load average and a CPU probe (benchmarks/machine.py) at the start and end of each run
+stand beside it: the machine is shared.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from machine import cpu_probe_seconds
 
 from pipeline.demo import DEFAULT_MESSAGES
 
@@ -54,9 +57,10 @@ def load() -> list[float]:
 def one_run(out: Path, messages: int | None, seed: int) -> dict[str, Any]:
     argv = [sys.executable, "-m", "broker_runtime.cli.main", "demo", "--out", str(out)]
     argv += ["--seed", str(seed)] + (["--messages", str(messages)] if messages else [])
-    load_before, t0 = load(), time.monotonic()
+    probe_before, load_before, t0 = cpu_probe_seconds(), load(), time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     wall = time.monotonic() - t0
+    probe_after = cpu_probe_seconds()
     if done.returncode != 0:
         print(done.stderr[-3000:], file=sys.stderr)
         return {"exit_code": done.returncode, "seconds": round(wall, 1)}
@@ -72,6 +76,7 @@ def one_run(out: Path, messages: int | None, seed: int) -> dict[str, Any]:
         "mq_audit_tasks": task_seconds(out / "logs" / "mq_audit.log"),
         "load_before": load_before,
         "load_after": load(),
+        "cpu_probe_seconds": [probe_before, probe_after],
     }
 
 
@@ -91,6 +96,10 @@ def table(run: dict[str, Any]) -> list[tuple[str, Any, str]]:
             f"{run['load_before'][0]} / {run['load_after'][0]}",
             "(2 cores)",
         )
+    )
+    probe = run["cpu_probe_seconds"]
+    rows.append(
+        ("cpu probe before / after, s", f"{probe[0]} / {probe[1]}", "(benchmarks/machine.py)")
     )
     return rows
 
