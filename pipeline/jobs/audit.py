@@ -33,7 +33,7 @@ from pipeline.jobs.rabbit import TOPOLOGY, required_routes
 from pipeline.lake import AUDIT_TABLES, DLQ_REPLAY_LOG, table_path
 from pipeline.results import AuditResult, AuditTable
 from pipeline.spark_session import apply_sql_conf, build_spark
-from pipeline.transforms.audit_common import MESSAGE_COLUMNS, stored_copies
+from pipeline.transforms.audit_common import MESSAGE_COLUMNS, preferred_offsets, stored_copies
 from pipeline.transforms.consistency import audit_consistency
 from pipeline.transforms.dead_letters import audit_dead_letters
 from pipeline.transforms.duplicates import audit_duplicates, repeated_deliveries
@@ -92,6 +92,14 @@ class _Inputs:
     # What several audit tables (or one, several times) derive from the above.
     copies: DataFrame  # stored_copies(messages)
     repeated: DataFrame  # repeated_deliveries(log), few rows: kept in memory
+
+    def known_at(self, as_of_ms: int) -> _Inputs:
+        """The inputs as an audit as of T sees them: the consumer offset snapshots known at
+        T (a broker re-writes its consumerOffset.json every few seconds, and a later snapshot
+        must not change the audit of an earlier interval), one replica's per broker group
+        (preferred_offsets), chosen once and kept in memory for every audit table."""
+        known = self.offsets.filter(F.col("snapshot_ts") <= as_of_ms)
+        return replace(self, offsets=preferred_offsets(known).persist(StorageLevel.MEMORY_AND_DISK))
 
     def unpersist(self) -> None:
         for df in vars(self).values():
@@ -156,7 +164,7 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     return _Inputs(
         messages=messages,
         consume_queue=read("consume_queue", schemas.CONSUME_QUEUE),
-        offsets=offsets.persist(keep),
+        offsets=offsets,  # chosen, and kept in memory, by known_at
         stubs=not_rabbitmq(stubs),
         log=log_rocketmq,
         quarantine=read("quarantine", schemas.QUARANTINE).persist(keep),
@@ -178,13 +186,8 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
 def audit_tables(
     inputs: _Inputs, as_of_ms: int, thresholds: AuditThresholds
 ) -> dict[str, DataFrame]:
-    """Every audit table as a DataFrame (lazy), by name.
-
-    An audit as of T sees the consumer offsets as they were known at T: a broker re-writes
-    its consumerOffset.json every few seconds, and a later snapshot must not change the
-    audit of an earlier interval.
-    """
-    i = replace(inputs, offsets=inputs.offsets.filter(F.col("snapshot_ts") <= as_of_ms))
+    """Every audit table as a DataFrame (lazy), by name, of the inputs `known_at(as_of_ms)`."""
+    i = inputs
     return {
         "audit_duplicates": audit_duplicates(
             i.messages, i.log, as_of_ms, copies=i.copies, repeated=i.repeated
@@ -316,6 +319,7 @@ def run_audit(
     inputs = _read_inputs(io, root)
     try:
         as_of = default_as_of(inputs) if as_of_ms is None else int(as_of_ms)
+        inputs = inputs.known_at(as_of)
         reporter("audit", progress)(f"lake {root} as of {as_of} ({io.backend} Delta backend)")
         summary: AuditResult = {
             "lake": root,

@@ -131,8 +131,12 @@ def preferred_offsets(offsets: DataFrame) -> DataFrame:
     """One replica's consumer offset snapshots per broker group: the master's if it has any.
 
     A slave's consumerOffset.json is a delayed copy of the master's; mixing both into one
-    series would show offsets going back and forth that never did.
+    series would show offsets going back and forth that never did. Offsets it chose already
+    (`group` in place of `consumer_group`: the audit job's, see jobs.audit) come back as they
+    are.
     """
+    if "consumer_group" not in offsets.columns:
+        return offsets
     per_broker = Window.partitionBy(*BROKER).rowsBetween(
         Window.unboundedPreceding, Window.unboundedFollowing
     )
