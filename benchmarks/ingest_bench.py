@@ -35,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from machine import cpu_probe_seconds
 from spark_process import PeakRss, cpu_seconds
 
 from broker_runtime.common.config import StoreConfig
@@ -342,6 +343,7 @@ def main() -> int:
         ("parse / raw read, CPU", parse["parse_cpu_ratio_to_raw_read"], "(per CPU-second)"),
         ("parse / device read", parse["parse_ratio_to_device_read"], "(O_DIRECT reads)"),
         ("load average (1 min)", round(os.getloadavg()[0], 1), "(2 cores)"),
+        ("cpu probe s, at the end", cpu_probe_seconds(), "(benchmarks/machine.py)"),
     ]
     if args.rss_sizes != "none":
         peaks = []
