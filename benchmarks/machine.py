@@ -1,11 +1,11 @@
 """How fast this machine is at the moment, beside a benchmark's figures.
 
 The load average counts this VM's own runnable threads only, and the same work can take much
-longer at the same load (the same demo took 155.3 s and 108.0 s here within
-fifteen minutes, both started at a 1-minute load below 2). `cpu_probe_seconds` times a fixed
-piece of single-threaded work (pure Python and hashing) at a run's start and end: how fast
-one core was then. It does not see what slows a run between those moments (the same demo
-took 110.3 s and 121.1 s in two runs one after the other, with probes of 0.113-0.122 s).
+longer at the same load (the same demo took 155.3 s and 108.0 s here within fifteen minutes,
+both started at a 1-minute load below 2). `cpu_probe_seconds` times a fixed piece of
+single-threaded work (pure Python and hashing) at a run's start and end: how fast one core
+was then. It does not see what slows a run between those moments (the same demo took 110.3 s
+and 121.1 s in two runs one after the other, with probes of 0.113-0.122 s).
 """
 
 from __future__ import annotations

@@ -183,11 +183,9 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     )
 
 
-def audit_tables(
-    inputs: _Inputs, as_of_ms: int, thresholds: AuditThresholds
-) -> dict[str, DataFrame]:
-    """Every audit table as a DataFrame (lazy), by name, of the inputs `known_at(as_of_ms)`."""
-    i = inputs
+def audit_tables(i: _Inputs, as_of_ms: int, thresholds: AuditThresholds) -> dict[str, DataFrame]:
+    """Every audit table as a DataFrame (lazy), by name, of the inputs `i`, which are
+    `known_at(as_of_ms)`."""
     return {
         "audit_duplicates": audit_duplicates(
             i.messages, i.log, as_of_ms, copies=i.copies, repeated=i.repeated
