@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 CLASSES_STAMP := $(VENV)/.class-archive
+LOCAL_FS_STAMP := $(VENV)/.local-fs
 DEMO_OUT ?= demo-out
 
 .PHONY: venv delta-jars class-archive system-deps toxiproxy docs-assets interop-build interop demo test test-native check bench lock clean
@@ -32,17 +33,24 @@ delta-jars: $(STAMP)
 	$(PY) -m pipeline.spark_session fetch-delta-jars
 	@touch $(JARS_STAMP)
 
+# Hadoop's local file system without a `chmod` process per file and directory it makes
+# (pipeline/local_fs.py), compiled with the JDK's javac; without javac, sessions use Hadoop's.
+$(LOCAL_FS_STAMP): $(STAMP) pipeline/java/NioLocalFileSystem.java
+	@$(PY) -m pipeline.local_fs build \
+	  || echo "local file system class not built: Spark sessions use Hadoop's RawLocalFileSystem"
+	@touch $(LOCAL_FS_STAMP)
+
 # An archive of the JVM classes one small `pipeline run` loads (pipeline/class_archive.py):
 # on JDK 25+ (local sessions run on the newest installed, pipeline/jvm.py) an AOT cache that
 # also keeps the methods' profiles, else a class-data-sharing archive. Later Spark sessions
 # map it instead of loading those classes again. Made once per .venv, after the Delta jars
 # (about 2 minutes); without it, sessions start as before.
-$(CLASSES_STAMP): $(JARS_STAMP)
+$(CLASSES_STAMP): $(JARS_STAMP) $(LOCAL_FS_STAMP)
 	@$(PY) -m pipeline.class_archive build \
 	  || echo "class archive not made: Spark sessions load their classes without it"
 	@touch $(CLASSES_STAMP)
 
-class-archive: $(JARS_STAMP)
+class-archive: $(JARS_STAMP) $(LOCAL_FS_STAMP)
 	$(PY) -m pipeline.class_archive build
 	@touch $(CLASSES_STAMP)
 

@@ -74,9 +74,15 @@ def local_java_home(root: Path = JDK_ROOT) -> str:
     return max(found)[1] if found else os.environ.get("JAVA_HOME", "")
 
 
+def local_driver(master: str) -> bool:
+    """Whether a session with `master` that this process builds starts its own JVM whose
+    driver is its executor (not under spark-submit, whose JVM hands this process a gateway)."""
+    return master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
 def session_java_home(master: str) -> str:
     """The JAVA_HOME of a session with `master` that this process launches."""
-    if master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if local_driver(master):
         return local_java_home()
     return os.environ.get("JAVA_HOME", "")
 

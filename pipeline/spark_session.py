@@ -29,7 +29,8 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
-from pipeline.jvm import class_archive_options, launched_with, session_java_home
+from pipeline.jvm import class_archive_options, launched_with, local_driver, session_java_home
+from pipeline.local_fs import with_local_fs
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ DELTA_SQL_CONF = {
     ),
 }
 # Local files without Hadoop's checksum side files (`.name.crc`): each one is a second file
-# to create, chmod (a process start without Hadoop's native library) and rename.
+# to create, chmod (a process start without Hadoop's native library) and rename. A local
+# session's driver also sets permissions without a process (pipeline.local_fs).
 FILE_IO_CONF = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
 
 
@@ -236,6 +238,8 @@ def build_spark(
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     settings = {**SQL_CONF, **launch_conf(conf), **(conf or {})}
+    if local_driver(master):
+        settings = with_local_fs(settings)
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
     java_home = session_java_home(master)
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")

@@ -32,8 +32,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("broker: workloads", ("broker_runtime.workload",)),
     ("lake: catalog, schemas, Spark and Delta I/O", (
         "pipeline", "pipeline.schemas", "pipeline.audit_schemas", "pipeline.lake",
-        "pipeline.jvm", "pipeline.spark_session", "pipeline.spark_tasks", "pipeline.delta_io",
-        "pipeline.delta_files", "pipeline.delta_native",
+        "pipeline.jvm", "pipeline.local_fs", "pipeline.spark_session", "pipeline.spark_tasks",
+        "pipeline.delta_io", "pipeline.delta_files", "pipeline.delta_native",
     )),
     ("lake: readers and transforms", ("pipeline.readers", "pipeline.transforms")),
     ("lake: remediation and reports", ("pipeline.remediation", "pipeline.reports")),
