@@ -76,10 +76,11 @@ def warm_up() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from expectations.context import shared_context
     from pipeline.delta_io import DeltaIO
     from pipeline.spark_session import build_spark
 
+    # The JVM first: it starts (and the Delta calls run) in its own process while the main
+    # thread imports Airflow and parses the DAGs; Great Expectations is imported after.
     conf = json.loads(_variable("mqaudit_spark_conf", "{}"))
     spark = build_spark("mqaudit-airflow", _variable("mqaudit_spark_master", "local[2]"), conf)
     io = DeltaIO(spark)
@@ -89,6 +90,8 @@ def warm_up() -> None:
         io.append(rows, d, schema, txn=("warm-up", 1))
         io.merge_upsert(rows.withColumn("v", F.lit("x")), d, schema, ["k"])
         io.read(d, schema).groupBy("v").count().collect()
+    from expectations.context import shared_context
+
     reports = Path(_variable("mqaudit_reports", "~/mqaudit/reports")).expanduser().resolve()
     shared_context(reports / "data-docs")
 
