@@ -45,7 +45,7 @@ $(LOCAL_FS_STAMP): $(STAMP) pipeline/java/NioLocalFileSystem.java
 # also keeps the methods' profiles, else a class-data-sharing archive. Later Spark sessions
 # map it instead of loading those classes again. Made once per .venv, after the Delta jars
 # (about 2 minutes); without it, sessions start as before.
-$(CLASSES_STAMP): $(JARS_STAMP) $(LOCAL_FS_STAMP)
+$(CLASSES_STAMP): $(JARS_STAMP) $(LOCAL_FS_STAMP) pipeline/class_archive.py pipeline/jvm.py
 	@$(PY) -m pipeline.class_archive build \
 	  || echo "class archive not made: Spark sessions load their classes without it"
 	@touch $(CLASSES_STAMP)

@@ -13,8 +13,9 @@ JDK 13+: the classes loaded). Later JVMs map the file instead.
 The JVM checks an archive itself: made by another JDK build, or on a class path whose jars
 changed since, it is not used (HotSpot warns and loads the classes as usual). The class
 path also starts with SPARK_CONF_DIR and the other directories Spark's launcher puts first,
-so a session uses the archive only when those and its JDK are what they were at recording
-(`CLASS_ARCHIVE_LAUNCH_ENV` in pipeline.jvm, which adds the options to a session);
+and the driver's extra class path (pipeline.local_fs's jar), so a session uses the archive
+only when those and its JDK are what they were at recording (pipeline.jvm's `launch_env`;
+it adds the options to a session);
 otherwise it starts as it would without one. MQAUDIT_CLASS_ARCHIVE=off turns it off.
 """
 
@@ -41,11 +42,13 @@ from pipeline.jvm import (
     launch_env,
     local_java_home,
 )
+from pipeline.local_fs import CLASS_PATH_KEY
 from pipeline.run import run_pipeline
 from pipeline.spark_session import build_spark
 from pipeline.steps import RunInputs
 
 RECORD_MESSAGES = 40
+CLASS_PATH_FILE = "class-path"  # the recording session's driver class path, in its work dir
 
 
 def _record_run(work: Path) -> None:
@@ -71,6 +74,8 @@ def _record_run(work: Path) -> None:
     store.wait_dispatched(None)
     store.shutdown()
     spark = build_spark("mqaudit-class-archive")
+    # The driver's class path before Spark's jars, which a session must share to map it.
+    (work / CLASS_PATH_FILE).write_text(spark.sparkContext.getConf().get(CLASS_PATH_KEY, ""))
     inputs = RunInputs(
         lake=work / "lake", data_dirs=(data,), out=work / "out", cluster="setup", progress=False
     )
@@ -99,10 +104,11 @@ def build(archive: Path | None = None) -> int:
         if done.returncode != 0 or not recording.is_file():
             print(f"class-archive: recording failed (exit {done.returncode})", file=sys.stderr)
             return 1
+        class_path = (Path(tmp) / CLASS_PATH_FILE).read_text()
         partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
         shutil.move(recording, partial)
         partial.replace(archive)  # a session starting now maps the old file or this one
-    env = launch_env(local_java_home())  # the recording session's: a local one
+    env = launch_env(local_java_home(), class_path)  # the recording session's: a local one
     class_archive_env_file(archive).write_text(json.dumps(env, indent=1) + "\n")
     size = archive.stat().st_size / 2**20
     print(f"class-archive: {archive} ({size:.0f} MiB, {time.monotonic() - started:.0f} s)")

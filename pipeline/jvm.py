@@ -114,16 +114,20 @@ def class_archive_env_file(archive: Path) -> Path:
     return archive.with_suffix(".json")
 
 
-def launch_env(java_home: str) -> dict[str, str]:
-    """The launch environment of a session on `java_home` (CLASS_ARCHIVE_LAUNCH_ENV)."""
+def launch_env(java_home: str, class_path: str = "") -> dict[str, str]:
+    """The launch environment of a session on `java_home` whose driver's class path starts
+    with `class_path` (its spark.driver.extraClassPath): CLASS_ARCHIVE_LAUNCH_ENV."""
     env = {name: os.environ.get(name, "") for name in CLASS_ARCHIVE_LAUNCH_ENV}
-    return {**env, "JAVA_HOME": java_home}
+    return {**env, "JAVA_HOME": java_home, "DRIVER_CLASS_PATH": class_path}
 
 
-def class_archive_options(java_home: str, archive: Path | None = None) -> str:
-    """The JVM options of a new session's driver on `java_home` for the archive: record
-    into it (set-up), map it (where it was recorded for this launch environment), or
-    nothing."""
+def class_archive_options(
+    java_home: str, archive: Path | None = None, *, class_path: str = ""
+) -> str:
+    """The JVM options of a new session's driver on `java_home` (with `class_path` before
+    Spark's jars) for the archive: record into it (set-up), map it (where it was recorded
+    for this launch environment), or nothing. Another class path would make the JVM refuse
+    the archive with error lines at every start: the session starts without it instead."""
     aot = (jdk_version(java_home) or 0) >= AOT_JDK
     recording = os.environ.get(CLASS_ARCHIVE_RECORD_ENV)
     if recording:
@@ -138,6 +142,6 @@ def class_archive_options(java_home: str, archive: Path | None = None) -> str:
         recorded = json.loads(class_archive_env_file(archive).read_text())
     except (OSError, ValueError):
         return ""
-    if recorded != launch_env(java_home) or not archive.is_file():
+    if recorded != launch_env(java_home, class_path) or not archive.is_file():
         return ""
     return f"-XX:AOTCache={archive}" if aot else f"-XX:SharedArchiveFile={archive}"

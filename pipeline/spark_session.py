@@ -30,7 +30,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from pipeline.jvm import class_archive_options, launched_with, local_driver, session_java_home
-from pipeline.local_fs import with_local_fs
+from pipeline.local_fs import CLASS_PATH_KEY, with_local_fs
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def build_spark(
     # The caller's JVM options, else quiet logs; both map the class archive where there is one.
     java_home = session_java_home(master)
     java = settings.get("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-    archive = class_archive_options(java_home)
+    archive = class_archive_options(java_home, class_path=settings.get(CLASS_PATH_KEY, ""))
     settings["spark.driver.extraJavaOptions"] = f"{java} {archive}".strip()
     if "SPARK_DRIVER_MEMORY" not in os.environ:
         settings.setdefault("spark.driver.memory", DEFAULT_DRIVER_MEMORY)

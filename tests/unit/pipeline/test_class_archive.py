@@ -26,6 +26,7 @@ from pipeline.jvm import (
     local_java_home,
     session_java_home,
 )
+from pipeline.local_fs import CLASS_PATH_KEY, with_local_fs
 from tests.conftest import REPO
 
 
@@ -37,7 +38,8 @@ def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "spark-classes.jsa"
     path.write_bytes(b"jsa")
     recorded = {name: "" for name in CLASS_ARCHIVE_LAUNCH_ENV}
-    class_archive_env_file(path).write_text(json.dumps({**recorded, "JAVA_HOME": str(JDK17)}))
+    recorded |= {"JAVA_HOME": str(JDK17), "DRIVER_CLASS_PATH": "/venv/localfs.jar"}
+    class_archive_env_file(path).write_text(json.dumps(recorded))
     return path
 
 
@@ -93,28 +95,34 @@ def test_without_a_new_enough_jdk_or_off_local_the_environments_jdk(
 def test_a_session_maps_the_archive_recorded_for_its_launch_environment(
     archive: Path, tmp_path: Path
 ) -> None:
-    assert class_archive_options(str(JDK17), archive) == f"-XX:SharedArchiveFile={archive}"
+    jar = "/venv/localfs.jar"  # the recording session's driver class path
+    assert class_archive_options(str(JDK17), archive, class_path=jar) == (
+        f"-XX:SharedArchiveFile={archive}"
+    )
     # On a JDK with an AOT cache, recorded on it:
     jdk25 = _jdk(tmp_path / "jdk-25", "25.0.3")
     recorded = json.loads(class_archive_env_file(archive).read_text())
     class_archive_env_file(archive).write_text(json.dumps({**recorded, "JAVA_HOME": str(jdk25)}))
-    assert class_archive_options(str(jdk25), archive) == f"-XX:AOTCache={archive}"
-    assert class_archive_options(str(JDK17), archive) == ""  # recorded on another JDK
+    assert class_archive_options(str(jdk25), archive, class_path=jar) == f"-XX:AOTCache={archive}"
+    assert class_archive_options(str(JDK17), archive, class_path=jar) == ""  # another JDK
 
 
 def test_another_class_path_a_missing_archive_or_the_switch_leave_it_out(
     archive: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    jdk = str(JDK17)
+    jdk, jar = str(JDK17), "/venv/localfs.jar"
+    assert class_archive_options(jdk, archive, class_path=jar) != ""
+    for other in ("", f"{jar}:/opt/theirs.jar"):  # the driver's class path is not the recorded
+        assert class_archive_options(jdk, archive, class_path=other) == ""
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # the first entry of the class path
-    assert class_archive_options(jdk, archive) == ""
+    assert class_archive_options(jdk, archive, class_path=jar) == ""
     monkeypatch.delenv("SPARK_CONF_DIR")
     monkeypatch.setenv(CLASS_ARCHIVE_ENV, "off")
-    assert class_archive_options(jdk, archive) == ""
+    assert class_archive_options(jdk, archive, class_path=jar) == ""
     monkeypatch.delenv(CLASS_ARCHIVE_ENV)
     archive.unlink()
-    assert class_archive_options(jdk, archive) == ""
-    assert class_archive_options(jdk, tmp_path / "never-made.jsa") == ""
+    assert class_archive_options(jdk, archive, class_path=jar) == ""
+    assert class_archive_options(jdk, tmp_path / "never-made.jsa", class_path=jar) == ""
 
 
 def test_the_recording_session_records_instead_of_mapping(
@@ -150,7 +158,8 @@ def test_a_new_session_loads_spark_and_delta_from_the_set_up_archive(
     monkeypatch.delenv(CLASS_ARCHIVE_ENV, raising=False)
     monkeypatch.delenv(CLASS_ARCHIVE_RECORD_ENV, raising=False)
     jdk = local_java_home()
-    if class_archive_options(jdk) == "":
+    class_path = with_local_fs({}).get(CLASS_PATH_KEY, "")  # a local session's
+    if class_archive_options(jdk, class_path=class_path) == "":
         why = f"no class archive for this launch environment at {class_archive_path()}"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{why}: `make` builds it after the Delta jars")
