@@ -77,7 +77,7 @@ class AuditThresholds:
 class _Inputs:
     messages: DataFrame
     consume_queue: DataFrame
-    offsets: DataFrame
+    offsets: DataFrame  # consumer_offsets; after known_at, one replica's known at T
     stubs: DataFrame  # RocketMQ's rows of the ledgers
     log: DataFrame
     quarantine: DataFrame

@@ -128,15 +128,13 @@ def queue_positions(messages: DataFrame) -> DataFrame:
 
 
 def preferred_offsets(offsets: DataFrame) -> DataFrame:
-    """One replica's consumer offset snapshots per broker group: the master's if it has any.
+    """One replica's consumer offset snapshots per broker group: the master's if it has any,
+    with `group` for `consumer_group`. The audit job chooses them once per audit (jobs.audit);
+    every transform that reads offsets takes what this returns.
 
     A slave's consumerOffset.json is a delayed copy of the master's; mixing both into one
-    series would show offsets going back and forth that never did. Offsets it chose already
-    (`group` in place of `consumer_group`: the audit job's, see jobs.audit) come back as they
-    are.
+    series would show offsets going back and forth that never did.
     """
-    if "consumer_group" not in offsets.columns:
-        return offsets
     per_broker = Window.partitionBy(*BROKER).rowsBetween(
         Window.unboundedPreceding, Window.unboundedFollowing
     )
@@ -149,9 +147,9 @@ def preferred_offsets(offsets: DataFrame) -> DataFrame:
 
 
 def latest_offsets(offsets: DataFrame) -> DataFrame:
-    """Per group and queue: the latest snapshot's committed offset and queue bounds."""
-    chosen = preferred_offsets(offsets)
-    return chosen.groupBy("group", *QUEUE).agg(
+    """Per group and queue: the latest snapshot's committed offset and queue bounds
+    (`offsets`: as preferred_offsets returns them)."""
+    return offsets.groupBy("group", *QUEUE).agg(
         F.max("snapshot_ts").alias("snapshot_ts"),
         F.max_by("committed_offset", "snapshot_ts").alias("committed_offset"),
         F.max_by("min_offset", "snapshot_ts").alias("min_offset"),
@@ -160,8 +158,9 @@ def latest_offsets(offsets: DataFrame) -> DataFrame:
 
 
 def queue_min_offsets(offsets: DataFrame) -> DataFrame:
-    """Per queue: its min offset at the latest snapshot (older offsets' files are deleted)."""
-    chosen = preferred_offsets(offsets).filter(F.col("min_offset").isNotNull())
+    """Per queue: its min offset at the latest snapshot (older offsets' files are deleted;
+    `offsets`: as preferred_offsets returns them)."""
+    chosen = offsets.filter(F.col("min_offset").isNotNull())
     return chosen.groupBy(*QUEUE).agg(
         F.max_by("min_offset", "snapshot_ts").alias("min_offset"),
     )

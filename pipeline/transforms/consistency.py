@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from broker_runtime.common import findings
 from pipeline import audit_schemas
-from pipeline.transforms.audit_common import QUEUE, conform, preferred_offsets
+from pipeline.transforms.audit_common import QUEUE, conform
 
 _REPLICA = ["cluster", "broker", "broker_id"]
 
@@ -120,8 +120,8 @@ def _regressions(series: DataFrame, keys: list[str], value: str) -> DataFrame:
 
 
 def offset_regressions(offsets: DataFrame) -> DataFrame:
-    chosen = preferred_offsets(offsets)
-    committed = _regressions(chosen, ["group", *QUEUE], "committed_offset").select(
+    """`offsets`: as audit_common.preferred_offsets returns them."""
+    committed = _regressions(offsets, ["group", *QUEUE], "committed_offset").select(
         _none("string").alias("msg_id"),
         "group",
         F.lit("committed_offset_went_back").alias("cause"),
@@ -135,7 +135,7 @@ def offset_regressions(offsets: DataFrame) -> DataFrame:
             "committed offset %d -> %d", F.col("prev"), F.col("committed_offset")
         ).alias("detail"),
     )
-    maxima = chosen.groupBy(*QUEUE, "broker_id", "snapshot_ts").agg(
+    maxima = offsets.groupBy(*QUEUE, "broker_id", "snapshot_ts").agg(
         F.max("max_offset").alias("max_offset")
     )
     queue_max = _regressions(maxima, QUEUE, "max_offset").select(

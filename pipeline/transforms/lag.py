@@ -24,7 +24,6 @@ from pipeline.transforms.audit_common import (
     QUEUE,
     Transform,
     conform,
-    preferred_offsets,
     queue_positions,
 )
 
@@ -42,8 +41,9 @@ class LagThresholds:
 
 
 def lag_snapshots(offsets: DataFrame, messages: DataFrame) -> DataFrame:
-    """Each snapshot row with lag_messages, lag_ms and the oldest waiting message."""
-    rows = preferred_offsets(offsets).withColumn(
+    """Each snapshot row (`offsets`: as audit_common.preferred_offsets returns them) with
+    lag_messages, lag_ms and the oldest waiting message."""
+    rows = offsets.withColumn(
         "lag_messages",
         F.greatest(F.col("max_offset") - F.col("committed_offset"), F.lit(0)).cast("long"),
     )

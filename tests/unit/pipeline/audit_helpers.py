@@ -12,7 +12,7 @@ from broker_runtime.common.constants import DEFAULT_CLUSTER
 from pipeline import schemas
 from pipeline.audit_schemas import DLQ_REPLAY_LOG
 from pipeline.schemas import struct_of
-from pipeline.transforms.audit_common import MESSAGE_COLUMNS
+from pipeline.transforms.audit_common import MESSAGE_COLUMNS, preferred_offsets
 
 T0 = 1_700_000_000_000
 Rows = list[dict[str, Any]]
@@ -122,10 +122,12 @@ def snapshot(ts: int, committed: int, max_offset: int, **over: Any) -> dict[str,
 
 
 def offsets(spark: SparkSession, rows: Rows) -> DataFrame:
+    """The snapshot rows as the audit job hands them to the transforms: one replica's
+    (audit_common.preferred_offsets)."""
     schema = schemas.CONSUMER_OFFSETS
     if "min_offset" not in schema.fieldNames():
         schema = StructType([*schema.fields, *struct_of("min_offset:long").fields])
-    return frame(spark, schema, rows)
+    return preferred_offsets(frame(spark, schema, rows))
 
 
 def ingested(spark: SparkSession, until: int = T0 + 10**9) -> DataFrame:
