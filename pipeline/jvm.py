@@ -104,9 +104,15 @@ def launched_with(java_home: str) -> Iterator[None]:
             os.environ["JAVA_HOME"] = saved
 
 
+def set_up_dir() -> Path:
+    """Where set-up puts what it makes for this environment's JVMs (the class archive, the
+    local file system's jar): next to its installed packages."""
+    return Path(sys.prefix) / "share" / "mqaudit"
+
+
 def class_archive_path() -> Path:
-    """The archive of this environment's JVM classes (next to its installed packages)."""
-    return Path(sys.prefix) / "share" / "mqaudit" / "spark-classes.jsa"
+    """The archive of this environment's JVM classes."""
+    return set_up_dir() / "spark-classes.jsa"
 
 
 def class_archive_env_file(archive: Path) -> Path:

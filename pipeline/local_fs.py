@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyspark
 
-from pipeline.jvm import local_java_home
+from pipeline.jvm import local_java_home, set_up_dir
 
 SOURCE = Path(__file__).with_name("java") / "NioLocalFileSystem.java"
 NIO_FS = "mqaudit.hadoop.NioLocalFileSystem"
@@ -39,8 +39,8 @@ CLASS_PATH_KEY = "spark.driver.extraClassPath"
 
 
 def jar_path() -> Path:
-    """Where set-up puts the jar (next to this environment's installed packages)."""
-    return Path(sys.prefix) / "share" / "mqaudit" / "mqaudit-localfs.jar"
+    """Where set-up puts the jar."""
+    return set_up_dir() / "mqaudit-localfs.jar"
 
 
 def with_local_fs(settings: dict[str, str], jar: Path | None = None) -> dict[str, str]:
