@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -185,6 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     aio.run(run(ConsumerSpec.load(Path(args[0]))))
     return 0
+
+
+def forked(spec_path: str, log_path: str) -> None:
+    """A consumer forked by the workload (its harness's fork server): output to `log_path`
+    (appended), then `main`; the process's exit code is main's."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    os.close(log)
+    sys.exit(main([spec_path]))
 
 
 if __name__ == "__main__":

@@ -4,16 +4,18 @@ producing with the ledger on, consumer processes and waiting on their journals."
 from __future__ import annotations
 
 import asyncio
+import functools
+import multiprocessing
+import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from broker_runtime.client.admin import MQAdmin
 from broker_runtime.client.config import ClientConfig
@@ -26,6 +28,7 @@ from broker_runtime.cluster.layout import CLUSTER_FILE, ClusterLayout
 from broker_runtime.cluster.probe import broker_info
 from broker_runtime.common.message import UNIQ_KEY
 from broker_runtime.ledger.producer import ProducerLedger, ResendBackoff
+from broker_runtime.workload import consumer_proc
 from broker_runtime.workload.consumer_proc import ConsumerSpec
 from broker_runtime.workload.faults import LostResponses
 from broker_runtime.workload.journal import JournalReader, JournalState
@@ -72,8 +75,19 @@ class Sent:
         return self.status == "SEND_OK"
 
 
+@functools.cache
+def _forks() -> ForkServerContext:
+    """Where consumer processes come from: multiprocessing's fork server, one process that
+    has imported the consumer's modules and forks a child per consumer. A new interpreter
+    for each imported them again (0.6 CPU s; a workload starts about twenty consumers)."""
+    forks = multiprocessing.get_context("forkserver")
+    forks.set_forkserver_preload([consumer_proc.__name__])
+    return forks
+
+
 class ConsumerProc:
-    """A consumer process of the workload and its journal."""
+    """A consumer process of the workload (`consumer_proc.main` with its spec, its output
+    in its log) and its journal."""
 
     def __init__(
         self, scenario: str, name: str, spec: ConsumerSpec, spec_path: Path, log_path: Path
@@ -82,22 +96,33 @@ class ConsumerProc:
         self.name = name
         self.spec = spec
         spec.save(spec_path)
-        self._log: IO[bytes] = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker_runtime.workload.consumer_proc", str(spec_path)],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.proc = _forks().Process(
+            target=consumer_proc.forked, args=(str(spec_path), str(log_path)), name=name
+        )
+        self.proc.start()
         self.journal = JournalReader(Path(spec.journal))
 
     @property
     def state(self) -> JournalState:
         return self.journal.poll()
 
+    @property
+    def exitcode(self) -> int | None:
+        """None while it runs; -N after signal N."""
+        return self.proc.exitcode
+
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc.is_alive()
 
     def signal_start(self) -> None:
-        self.proc.send_signal(signal.SIGUSR1)
+        assert self.proc.pid is not None
+        os.kill(self.proc.pid, signal.SIGUSR1)
+
+    def kill_now(self) -> None:
+        """SIGKILL and wait (on this thread)."""
+        if self.alive():
+            self.proc.kill()
+        self.proc.join()
 
     async def kill(self) -> None:
         """SIGKILL: the crash."""
@@ -109,16 +134,14 @@ class ConsumerProc:
         """SIGTERM and wait for a clean stop (offsets committed); SIGKILL if it hangs."""
         if self.alive():
             self.proc.terminate()
-            try:
-                await asyncio.to_thread(self.proc.wait, timeout_s)
-            except subprocess.TimeoutExpired:
+            await asyncio.to_thread(self.proc.join, timeout_s)
+            if self.alive():
                 self.proc.kill()
         await self.wait()
 
     async def wait(self) -> None:
         """Until the process has exited (off the event loop: other scenarios go on)."""
-        await asyncio.to_thread(self.proc.wait)
-        self._log.close()
+        await asyncio.to_thread(self.proc.join)
         self.journal.poll()
 
 
@@ -312,8 +335,7 @@ class Harness:
         """Kill consumer processes still running (of a scenario that failed half-way)."""
         for p in self.procs:
             if p.alive() and scenario in (None, p.scenario):
-                p.proc.kill()
-                p.proc.wait()
+                p.kill_now()
 
     async def release(self, proc: ConsumerProc, timeout: float = 30) -> None:
         """Start a consumer spawned with `wait_signal` once it has loaded (spawned ahead, its
@@ -332,7 +354,7 @@ class Harness:
         while not cond():
             for p in procs:
                 if not p.alive():
-                    raise WorkloadError(f"{p.name} exited ({p.proc.returncode}) before {what}")
+                    raise WorkloadError(f"{p.name} exited ({p.exitcode}) before {what}")
             if time.monotonic() > deadline:
                 raise WorkloadError(f"timed out after {timeout:g} s waiting for {what}")
             await asyncio.sleep(0.05)
