@@ -12,7 +12,7 @@ over the same lake commits nothing; earlier runs stay readable through Delta's h
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -56,9 +56,10 @@ from pipeline.transforms.resend import by_system, manual_handling, resend_candid
 from pipeline.transforms.transaction_audit import audit_transactions
 
 _TOPIC = ["cluster", "broker", "topic"]  # a topic on one broker
-# Audit tables computed at once. Each is its own Spark jobs and commit, much of it the
-# driver's serial planning; two at a time keep both cores of a small machine busy (a warm
-# audit of the demo's lake: 10.0-11.6 s one at a time, 9.0-10.3 s two at a time).
+# Audit tables computed at once. Each is the analysis of its plan, its Spark jobs and a
+# commit, much of it the driver's serial work; two at a time keep both cores of a small
+# machine busy (a warm audit of the demo's lake, one process: 10.0-13.1 s one at a time,
+# 8.2-10.3 s two at a time, each table's plan built in its thread).
 TABLES_AT_ONCE = 2
 
 
@@ -188,41 +189,49 @@ def _read_inputs(io: DeltaIO, lake: str) -> _Inputs:
     )
 
 
-def audit_tables(i: _Inputs, as_of_ms: int, thresholds: AuditThresholds) -> dict[str, DataFrame]:
-    """Every audit table as a DataFrame (lazy), by name, of the inputs `i`, which are
-    `known_at(as_of_ms)`."""
+def audit_tables(
+    i: _Inputs, as_of_ms: int, thresholds: AuditThresholds
+) -> dict[str, Callable[[], DataFrame]]:
+    """Every audit table by name, as a function that builds its DataFrame (lazy) of the
+    inputs `i`, which are `known_at(as_of_ms)`. Building one is Spark's analysis of a large
+    plan (0.1-1 s on the driver): each table's is built where it is computed, beside the
+    other tables being computed."""
     return {
-        "audit_duplicates": audit_duplicates(
+        "audit_duplicates": lambda: audit_duplicates(
             i.messages, i.log, as_of_ms, copies=i.copies, repeated=i.repeated
         ).unionByName(rabbit_duplicates(i.ledger_log, as_of_ms)),
-        "audit_losses": audit_losses(
-            i.messages,
-            i.stubs,
-            i.log,
-            i.offsets,
-            ingested_until(i.checkpoint),
-            as_of_ms,
-            group_expressions(i.filters, as_of_ms).select("group", "cluster", "broker", "topic"),
-            i.copies,
-        )
-        .unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms))
-        .unionByName(
-            expired_unreceived(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms)
+        "audit_losses": lambda: (
+            audit_losses(
+                i.messages,
+                i.stubs,
+                i.log,
+                i.offsets,
+                ingested_until(i.checkpoint),
+                as_of_ms,
+                group_expressions(i.filters, as_of_ms).select(
+                    "group", "cluster", "broker", "topic"
+                ),
+                i.copies,
+            )
+            .unionByName(rabbit_losses(i.ledger_stubs, i.rabbit_routes, i.ledger_log, as_of_ms))
+            .unionByName(
+                expired_unreceived(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms)
+            )
         ),
-        "audit_lag": audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
-        "audit_dead_letters": audit_dead_letters(
+        "audit_lag": lambda: audit_lag(i.offsets, i.messages, thresholds.lag, as_of_ms),
+        "audit_dead_letters": lambda: audit_dead_letters(
             i.messages, i.log, not_rabbitmq(i.replay_log), as_of_ms, i.copies
         ).unionByName(rabbit_dead_letters(i.ledger_log, as_of_ms, i.replay_log)),
-        "resend_candidates": by_system(
+        "resend_candidates": lambda: by_system(
             resend_candidates, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
         ),
-        "manual_handling": by_system(
+        "manual_handling": lambda: by_system(
             manual_handling, i.ledger_stubs, i.ledger_log, thresholds.max_send_count, as_of_ms
         ),
-        "consistency": audit_consistency(
+        "consistency": lambda: audit_consistency(
             i.consume_queue, i.messages, i.offsets, i.quarantine, as_of_ms
         ),
-        "audit_transactions": audit_transactions(
+        "audit_transactions": lambda: audit_transactions(
             i.transactions,
             i.messages,
             i.log,
@@ -231,7 +240,9 @@ def audit_tables(i: _Inputs, as_of_ms: int, thresholds: AuditThresholds) -> dict
             as_of_ms,
             thresholds.half_stuck_ms,
         ),
-        "audit_filters": audit_filters(i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms),
+        "audit_filters": lambda: audit_filters(
+            i.filters, i.filtered_messages, i.log, i.offsets, as_of_ms
+        ),
     }
 
 
@@ -295,9 +306,12 @@ def _latest_lag_status(df: DataFrame) -> dict[str, int]:
     return {r["status"]: int(r["count"]) for r in latest.groupBy("status").count().collect()}
 
 
-def _audit_table(io: DeltaIO, df: DataFrame, root: str, name: str, say: Any) -> AuditTable:
+def _audit_table(
+    io: DeltaIO, build: Callable[[], DataFrame], root: str, name: str, say: Any
+) -> AuditTable:
     """Write one audit table (if its rows changed); its summary entry."""
     t0 = time.monotonic()
+    df = build()
     if name == "audit_lag":  # also read for the latest statuses
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -351,12 +365,12 @@ def run_audit(
         }
         say = reporter("audit", progress)
         todo = {
-            name: df
-            for name, df in audit_tables(inputs, as_of, thresholds).items()
+            name: build
+            for name, build in audit_tables(inputs, as_of, thresholds).items()
             if tables is None or name in tables
         }
         with ThreadPoolExecutor(TABLES_AT_ONCE, thread_name_prefix="audit-table") as pool:
-            done = {n: pool.submit(_audit_table, io, df, root, n, say) for n, df in todo.items()}
+            done = {n: pool.submit(_audit_table, io, b, root, n, say) for n, b in todo.items()}
             summary["tables"] = {name: entry.result() for name, entry in done.items()}
     finally:
         inputs.unpersist()
