@@ -34,6 +34,7 @@ from pyspark import SparkContext
 
 from broker_runtime.common.config import StoreConfig
 from broker_runtime.common.message import KEYS, TAGS, UNIQ_KEY, Message
+from broker_runtime.ledger.producer import Confirmation, ProducerLedger, StubRecord
 from broker_runtime.store.message_store import MessageStore
 from pipeline.jvm import (
     CLASS_ARCHIVE_RECORD_ENV,
@@ -51,28 +52,43 @@ RECORD_MESSAGES = 40
 CLASS_PATH_FILE = "class-path"  # the recording session's driver class path, in its work dir
 
 
+def write_small_store(data: Path) -> None:
+    """A data dir of RECORD_MESSAGES messages (two topics, keys and tags) on one broker
+    (DATA/brokers/broker-a/master) and their stubs, confirmed, in the producer ledger."""
+    messages = [
+        Message(
+            f"SetupTopic{i % 2}",
+            b"x" * 64,
+            {UNIQ_KEY: f"{i:032X}", TAGS: f"Tag{i % 2}", KEYS: f"k{i}"},
+            i % 4,
+            0,
+            0,
+            int(time.time() * 1000),
+        )
+        for i in range(RECORD_MESSAGES)
+    ]
+    ledger = ProducerLedger.open(data)
+    try:
+        ledger.record_before_send([StubRecord.of(m) for m in messages])
+        store = MessageStore(StoreConfig(store_dir=data / "brokers" / "broker-a" / "master"))
+        stored = store.put_messages(messages)
+        store.wait_dispatched(None)
+        store.shutdown()
+        ledger.confirm(
+            [
+                Confirmation(m.uniq_key or "", "broker-a", r.queue_id, r.queue_offset)
+                for m, r in zip(messages, stored, strict=True)
+            ]
+        )
+    finally:
+        ledger.close()
+
+
 def _record_run(work: Path) -> None:
     """The recording session's workload: a small store through `pipeline run`, then the JVM
     stopped and waited for (it writes the archive as it exits)."""
     data = work / "data"
-    store = MessageStore(StoreConfig(store_dir=data / "brokers" / "broker-a" / "master"))
-    born = int(time.time() * 1000)
-    store.put_messages(
-        [
-            Message(
-                f"SetupTopic{i % 2}",
-                b"x" * 64,
-                {UNIQ_KEY: f"{i:032X}", TAGS: f"Tag{i % 2}", KEYS: f"k{i}"},
-                i % 4,
-                0,
-                0,
-                born,
-            )
-            for i in range(RECORD_MESSAGES)
-        ]
-    )
-    store.wait_dispatched(None)
-    store.shutdown()
+    write_small_store(data)
     spark = build_spark("mqaudit-class-archive")
     # The driver's class path before Spark's jars, which a session must share to map it.
     (work / CLASS_PATH_FILE).write_text(spark.sparkContext.getConf().get(CLASS_PATH_KEY, ""))

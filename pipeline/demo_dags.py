@@ -70,26 +70,22 @@ def _variable(name: str, default: str) -> str:
 def warm_up() -> None:
     """What the first run's tasks would each pay, paid once before the first request (while
     the demo's workload runs): the Spark JVM with Delta Lake, as the tasks' Variables
-    mqaudit_spark_master and mqaudit_spark_conf set it (their sessions are then this one),
-    a first Delta commit, merge and read (classes loaded and compiled), and Great
-    Expectations' import and Data Docs context (mqaudit_reports' data-docs)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    from pipeline.delta_io import DeltaIO
+    mqaudit_spark_master and mqaudit_spark_conf set it (their sessions are then this one);
+    the ingest step on a data dir of a few messages and their ledger (the classes of its
+    reads, appends and merges loaded and their hot methods compiled); Great Expectations'
+    import and Data Docs context (mqaudit_reports' data-docs)."""
+    from pipeline.class_archive import write_small_store
     from pipeline.spark_session import build_spark
+    from pipeline.steps import INGEST, RunInputs
 
-    # The JVM first: it starts (and the Delta calls run) in its own process while the main
+    # The JVM first: it starts (and the ingest runs) in its own process while the main
     # thread imports Airflow and parses the DAGs; Great Expectations is imported after.
     conf = json.loads(_variable("mqaudit_spark_conf", "{}"))
     spark = build_spark("mqaudit-airflow", _variable("mqaudit_spark_master", "local[2]"), conf)
-    io = DeltaIO(spark)
-    schema = StructType([StructField("k", LongType()), StructField("v", StringType())])
-    rows = spark.createDataFrame([(i, str(i)) for i in range(8)], schema)
     with tempfile.TemporaryDirectory(prefix="mqaudit-warm-") as d:
-        io.append(rows, d, schema, txn=("warm-up", 1))
-        io.merge_upsert(rows.withColumn("v", F.lit("x")), d, schema, ["k"])
-        io.read(d, schema).groupBy("v").count().collect()
+        data = Path(d) / "data"
+        write_small_store(data)
+        INGEST.run(RunInputs(lake=Path(d) / "lake", data_dirs=(data,), progress=False), spark)
     from expectations.context import shared_context
 
     reports = Path(_variable("mqaudit_reports", "~/mqaudit/reports")).expanduser().resolve()
