@@ -55,6 +55,7 @@ CLASS_PATH_FILE = "class-path"  # the recording session's driver class path, in 
 def write_small_store(data: Path) -> None:
     """A data dir of RECORD_MESSAGES messages (two topics, keys and tags) on one broker
     (DATA/brokers/broker-a/master) and their stubs, confirmed, in the producer ledger."""
+    born = int(time.time() * 1000)
     messages = [
         Message(
             f"SetupTopic{i % 2}",
@@ -63,7 +64,7 @@ def write_small_store(data: Path) -> None:
             i % 4,
             0,
             0,
-            int(time.time() * 1000),
+            born,
         )
         for i in range(RECORD_MESSAGES)
     ]

@@ -307,7 +307,7 @@ def _latest_lag_status(df: DataFrame) -> dict[str, int]:
 
 
 def _audit_table(
-    io: DeltaIO, build: Callable[[], DataFrame], root: str, name: str, say: Any
+    io: DeltaIO, build: Callable[[], DataFrame], root: str, name: str, say: Callable[[str], None]
 ) -> AuditTable:
     """Write one audit table (if its rows changed); its summary entry."""
     t0 = time.monotonic()
@@ -354,7 +354,8 @@ def run_audit(
     try:
         as_of = default_as_of(inputs) if as_of_ms is None else int(as_of_ms)
         inputs = inputs.known_at(as_of)
-        reporter("audit", progress)(f"lake {root} as of {as_of} ({io.backend} Delta backend)")
+        say = reporter("audit", progress)
+        say(f"lake {root} as of {as_of} ({io.backend} Delta backend)")
         summary: AuditResult = {
             "lake": root,
             "as_of_ms": as_of,
@@ -363,7 +364,6 @@ def run_audit(
             "tables": {},
             "seconds": 0.0,
         }
-        say = reporter("audit", progress)
         todo = {
             name: build
             for name, build in audit_tables(inputs, as_of, thresholds).items()
@@ -371,7 +371,11 @@ def run_audit(
         }
         with ThreadPoolExecutor(TABLES_AT_ONCE, thread_name_prefix="audit-table") as pool:
             done = {n: pool.submit(_audit_table, io, b, root, n, say) for n, b in todo.items()}
-            summary["tables"] = {name: entry.result() for name, entry in done.items()}
+            try:
+                summary["tables"] = {name: entry.result() for name, entry in done.items()}
+            except BaseException:  # the tables not started yet stay as they are
+                pool.shutdown(cancel_futures=True)
+                raise
     finally:
         inputs.unpersist()
     summary["seconds"] = round(time.monotonic() - started, 3)

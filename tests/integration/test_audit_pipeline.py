@@ -34,6 +34,7 @@ from broker_runtime.offsets.consumer_offsets import ConsumerOffsets
 from broker_runtime.store.message_store import MessageStore
 from expectations.gates import run_all_gates
 from pipeline.delta_io import DeltaIO, history
+from pipeline.jobs import audit as audit_job
 from pipeline.jobs.audit import run_audit
 from pipeline.jobs.ingest import run_ingest
 from pipeline.lake import AUDIT_TABLES, table_path
@@ -277,3 +278,28 @@ def test_a_rerun_at_the_same_as_of_commits_nothing(
     assert not any(t["written"] for t in again["tables"].values())
     assert again["tables"] == {n: t | {"written": False} for n, t in first_run["tables"].items()}
     assert _versions(lake) == before
+
+
+def test_a_table_that_fails_fails_the_audit_and_the_tables_after_it_stay_unwritten(
+    spark: SparkSession, lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tables are computed on a pool: a table's failure is the audit's, and the tables
+    not started yet are not written (one at a time here: none is)."""
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy, ignore=shutil.ignore_patterns(*AUDIT_TABLES))
+    real = audit_job.audit_tables
+
+    def first_fails(*args: Any) -> dict[str, Any]:
+        builds = real(*args)
+        first = next(iter(builds))
+
+        def fail() -> Any:
+            raise RuntimeError(f"{first} failed")
+
+        return builds | {first: fail}
+
+    monkeypatch.setattr(audit_job, "audit_tables", first_fails)
+    monkeypatch.setattr(audit_job, "TABLES_AT_ONCE", 1)
+    with pytest.raises(RuntimeError, match="audit_duplicates failed"):
+        run_audit(copy, spark, progress=False)
+    assert [n for n in AUDIT_TABLES if (copy / n).exists()] == []
