@@ -40,11 +40,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser; with `command` one of COMMANDS, only that command's."""
     parser = argparse.ArgumentParser(prog="mqaudit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    own = command in COMMANDS
-    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
-    for name in dict.fromkeys(modules):
+    own = COMMANDS.get(command or "")
+    for name in dict.fromkeys([own] if own else COMMANDS.values()):
         importlib.import_module(f"broker_runtime.cli.{name}").add_parser(sub)
-    if not own:
+    if own is None:
         from importlib.metadata import entry_points
 
         for ep in sorted(entry_points(group="mqaudit.commands"), key=lambda e: e.name):
