@@ -132,8 +132,19 @@ def wait_caught_up(c: Cluster, timeout: float = 30) -> int:
         end = int(m["commitLogMaxOffset"])
         if int(m["haConnections"]) >= 1 and int(s["commitLogMaxOffset"]) == end:
             return end
-        assert time.monotonic() < deadline, (m, s)
+        assert time.monotonic() < deadline, not_caught_up(c, m, s)
         time.sleep(0.2)
+
+
+def not_caught_up(c: Cluster, m: dict[str, str], s: dict[str, str]) -> str:
+    """Why the slave has not caught up: both ends, the HA state and the logs' HA lines."""
+    keys = ("commitLogMaxOffset", "haConnections", "haSlaves", "haConnected", "haLastError")
+    lines = [f"master {[(k, m.get(k)) for k in keys]}", f"slave {[(k, s.get(k)) for k in keys]}"]
+    for node in ("broker-a-master", "broker-a-slave"):
+        log = Path(c.layout.node(node).log).read_text(errors="replace").splitlines()
+        ha = [line for line in log if "slave" in line or "master" in line or "store open" in line]
+        lines += [f"{node} log:", *ha[-15:]]
+    return "\n".join(lines)
 
 
 def verify_store(path: Path) -> dict[str, object]:
