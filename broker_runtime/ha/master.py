@@ -159,6 +159,8 @@ class HAMasterService:
             log.warning("slave %s silent for %.1f s: dropped", slave.peer, idle_s)
         except (asyncio.IncompleteReadError, ConnectionError, HAProtocolError) as e:
             log.info("slave %s disconnected: %s", slave.peer, e or type(e).__name__)
+        except asyncio.CancelledError:  # `stop`; re-raised, Python 3.11's stream callback
+            log.info("slave %s: closed, the HA service stops", slave.peer)  # logs an error
         finally:
             if slave in self.slaves:
                 self.slaves.discard(slave)

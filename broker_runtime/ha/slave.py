@@ -3,7 +3,8 @@
 Connects to the master's HA port, reports its max offset, appends what the master pushes
 at the same offsets, and reports again. The master's address comes from the config or from
 the name servers (the register response names the group's master). A lost or silent
-connection is dropped and re-made; the slave resumes from its own log's end.
+connection is dropped and re-made, as is one that failed in any other way (logged with
+its traceback); the slave resumes from its own log's end.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class HASlaveClient:
                 except (HAProtocolError, ReplicaError) as e:
                     self._lost(addr, str(e))
                     log.error("replication from %s failed: %s", addr, e)
+                except Exception as e:  # a bug must not end replication for good, unseen
+                    self._lost(addr, f"{type(e).__name__}: {e}")
+                    log.exception("replication from %s failed", addr)
             await asyncio.sleep(pause)
 
     def _lost(self, addr: str, why: str) -> None:
