@@ -13,6 +13,7 @@ than it was sent, or goes away, leaves no acknowledgement behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -159,17 +160,19 @@ class HAMasterService:
             log.warning("slave %s silent for %.1f s: dropped", slave.peer, idle_s)
         except (asyncio.IncompleteReadError, ConnectionError, HAProtocolError) as e:
             log.info("slave %s disconnected: %s", slave.peer, e or type(e).__name__)
-        except asyncio.CancelledError:  # `stop`; re-raised, Python 3.11's stream callback
-            log.info("slave %s: closed, the HA service stops", slave.peer)  # logs an error
+        except asyncio.CancelledError:  # `stop`. Not re-raised, here or below: Python
+            # 3.11's stream server logs a cancelled handler as an error.
+            log.info("slave %s: closed, the HA service stops", slave.peer)
         finally:
             if slave in self.slaves:
                 self.slaves.discard(slave)
                 self._recompute()
-            if pusher is not None:
-                pusher.cancel()
-                await asyncio.gather(pusher, return_exceptions=True)
             writer.close()
             self._tasks.discard(task)
+            if pusher is not None:
+                pusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):  # `stop` while it ends
+                    await asyncio.gather(pusher, return_exceptions=True)
 
     async def _authenticated(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle_s: float
