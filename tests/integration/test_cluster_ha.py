@@ -137,13 +137,14 @@ def wait_caught_up(c: Cluster, timeout: float = 30) -> int:
 
 
 def not_caught_up(c: Cluster, m: dict[str, str], s: dict[str, str]) -> str:
-    """Why the slave has not caught up: both ends, the HA state and the logs' HA lines."""
+    """Why the slave has not caught up: both ends, the HA state, and the brokers' HA and
+    recovery log lines."""
     keys = ("commitLogMaxOffset", "haConnections", "haSlaves", "haConnected", "haLastError")
     lines = [f"master {[(k, m.get(k)) for k in keys]}", f"slave {[(k, s.get(k)) for k in keys]}"]
     for node in ("broker-a-master", "broker-a-slave"):
         log = Path(c.layout.node(node).log).read_text(errors="replace").splitlines()
-        ha = [line for line in log if "slave" in line or "master" in line or "store open" in line]
-        lines += [f"{node} log:", *ha[-15:]]
+        ha = [line for line in log if "broker_runtime.ha." in line or "store open" in line]
+        lines += [f"{node} log:", *ha[-20:]]
     return "\n".join(lines)
 
 
