@@ -4,7 +4,6 @@ logs no error."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -17,15 +16,9 @@ from broker_runtime.common.message import Message
 from broker_runtime.ha.master import HAMasterService
 from broker_runtime.ha.slave import HASlaveClient
 from broker_runtime.store.message_store import MessageStore
+from tests.unit.broker_runtime.test_ha_master import wait_for
 
 Test = Callable[[HAMasterService, HASlaveClient, MessageStore, MessageStore], Awaitable[None]]
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def run_pair(small_config: StoreConfig, test: Test) -> None:
