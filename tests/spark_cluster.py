@@ -6,13 +6,14 @@ applications' executors from the master's and workers' JSON endpoints.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +74,19 @@ class SparkCluster:
                 out[worker["id"]] = ids
         return out
 
-    def client_env(self) -> dict[str, str]:
+    def client_env(self, conf: Mapping[str, str] | None = None) -> dict[str, str]:
         """What a driver process using this cluster needs in its environment: addresses on
-        loopback, and the client settings (CLIENT_CONF) in a spark-defaults.conf."""
+        loopback, and the client settings (CLIENT_CONF, and `conf` over them: a conf dir of
+        their own) in a spark-defaults.conf."""
+        conf_dir = self.conf_dir
+        if conf:
+            key = hashlib.sha1(json.dumps(conf, sort_keys=True).encode()).hexdigest()[:12]
+            conf_dir = conf_dir.with_name(f"{conf_dir.name}-{key}")
+            write_defaults(conf_dir, {**CLIENT_CONF, **conf})
         return {
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_HOME": str(SPARK_HOME),
-            "SPARK_CONF_DIR": str(self.conf_dir),
+            "SPARK_CONF_DIR": str(conf_dir),
         }
 
     def env(self) -> dict[str, str]:
@@ -91,6 +98,13 @@ def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=30) as response:
         data: dict[str, Any] = json.loads(response.read())
     return data
+
+
+def write_defaults(conf_dir: Path, conf: Mapping[str, str]) -> None:
+    """A conf dir for drivers: its spark-defaults.conf holds `conf`."""
+    conf_dir.mkdir(exist_ok=True)
+    lines = "".join(f"{key} {value}\n" for key, value in conf.items())
+    (conf_dir / "spark-defaults.conf").write_text(lines)
 
 
 def _spark_class(cls: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -125,10 +139,7 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
         log,
     )
     cluster = SparkCluster("", "", root / "conf", [master])
-    cluster.conf_dir.mkdir(exist_ok=True)
-    (cluster.conf_dir / "spark-defaults.conf").write_text(
-        "".join(f"{key} {value}\n" for key, value in CLIENT_CONF.items())
-    )
+    write_defaults(cluster.conf_dir, CLIENT_CONF)
     try:
         wait_until(
             lambda: (

@@ -143,7 +143,10 @@ def test_mq_audit_through_spark_submit_on_the_cluster(
         "AIRFLOW_CONN_MQAUDIT_SPARK", json.dumps(conn | {"extra": {"deploy-mode": "client"}})
     )
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    for name, value in spark_cluster.client_env().items():  # what the submitted drivers need
+    # What the submitted drivers need; one executor each (their inputs are a few dozen rows,
+    # and the first test shows a run's executors on both workers): two took this test about
+    # 80 CPU s more (517 against 435 s, the test alone on an idle 2-core machine).
+    for name, value in spark_cluster.client_env({"spark.cores.max": "1"}).items():
         monkeypatch.setenv(name, value)
     before = {a["id"] for a in spark_cluster.state()["completedapps"]}
     dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
