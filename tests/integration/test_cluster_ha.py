@@ -44,22 +44,22 @@ class Ack:
 
 async def load(
     addr: str,
-    seconds: float | asyncio.Event,
+    until: float | asyncio.Event,
     senders: int = 8,
     on_answer: Callable[[RawClient, RemotingCommand], Awaitable[None]] | None = None,
 ) -> tuple[list[Ack], int]:
-    """Send for `seconds` (or until the event is set) from `senders` tasks; returns
+    """Send for `until` seconds (or until that event is set) from `senders` tasks; returns
     (acknowledged, failed or unanswered). Each load's bodies are its own (a random tag), so
     that a test with several loads can tell their messages apart. `on_answer` sees each
     answer (with the sender's client) before the next send."""
     acks: list[Ack] = []
     failed = 0
     tag = secrets.token_hex(4)
-    if isinstance(seconds, asyncio.Event):
-        stop = seconds
+    if isinstance(until, asyncio.Event):
+        stop = until
     else:
         stop = asyncio.Event()
-        asyncio.get_running_loop().call_later(seconds, stop.set)
+        asyncio.get_running_loop().call_later(until, stop.set)
 
     async def sender(n: int) -> None:
         nonlocal failed
