@@ -6,11 +6,11 @@ applications' executors from the master's and workers' JSON endpoints.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -80,8 +80,7 @@ class SparkCluster:
         their own) in a spark-defaults.conf."""
         conf_dir = self.conf_dir
         if conf:
-            key = hashlib.sha1(json.dumps(conf, sort_keys=True).encode()).hexdigest()[:12]
-            conf_dir = conf_dir.with_name(f"{conf_dir.name}-{key}")
+            conf_dir = Path(tempfile.mkdtemp(prefix=f"{conf_dir.name}-", dir=conf_dir.parent))
             write_defaults(conf_dir, {**CLIENT_CONF, **conf})
         return {
             "SPARK_LOCAL_IP": "127.0.0.1",
