@@ -10,10 +10,9 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,36 +73,20 @@ class SparkCluster:
                 out[worker["id"]] = ids
         return out
 
-    def client_env(self, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    def client_env(self) -> dict[str, str]:
         """What a driver process using this cluster needs in its environment: addresses on
-        loopback, and the client settings (CLIENT_CONF, and `conf` over them: a conf dir of
-        their own) in a spark-defaults.conf."""
-        conf_dir = self.conf_dir
-        if conf:
-            conf_dir = Path(tempfile.mkdtemp(prefix=f"{conf_dir.name}-", dir=conf_dir.parent))
-            write_defaults(conf_dir, {**CLIENT_CONF, **conf})
+        loopback, and the client settings (CLIENT_CONF) in a spark-defaults.conf."""
         return {
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_HOME": str(SPARK_HOME),
-            "SPARK_CONF_DIR": str(conf_dir),
+            "SPARK_CONF_DIR": str(self.conf_dir),
         }
-
-    def env(self) -> dict[str, str]:
-        """The environment of a driver process using this cluster."""
-        return {**os.environ, **self.client_env()}
 
 
 def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=30) as response:
         data: dict[str, Any] = json.loads(response.read())
     return data
-
-
-def write_defaults(conf_dir: Path, conf: Mapping[str, str]) -> None:
-    """A conf dir for drivers: its spark-defaults.conf holds `conf`."""
-    conf_dir.mkdir(exist_ok=True)
-    lines = "".join(f"{key} {value}\n" for key, value in conf.items())
-    (conf_dir / "spark-defaults.conf").write_text(lines)
 
 
 def _spark_class(cls: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -131,14 +114,17 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
     """Start the master, then the workers; return once every worker is ALIVE at the master.
     On failure, what was started is stopped."""
     root.mkdir(parents=True, exist_ok=True)
+    conf_dir = root / "conf"
+    conf_dir.mkdir()
+    lines = "".join(f"{key} {value}\n" for key, value in CLIENT_CONF.items())
+    (conf_dir / "spark-defaults.conf").write_text(lines)
     log = root / "master.log"
     master = _spark_class(
         "org.apache.spark.deploy.master.Master",
         ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
         log,
     )
-    cluster = SparkCluster("", "", root / "conf", [master])
-    write_defaults(cluster.conf_dir, CLIENT_CONF)
+    cluster = SparkCluster("", "", conf_dir, [master])
     try:
         wait_until(
             lambda: (

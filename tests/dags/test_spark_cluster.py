@@ -1,34 +1,36 @@
-"""The pipeline on a real Spark standalone cluster (a master and two workers started by the
-tests, shared by this file's tests): `mqaudit pipeline run --spark-master spark://...` gives
-the same lake, rows and findings, as `local[2]`, with its executors on the workers and the C
-reader loaded in them; and mq_audit with mqaudit_spark_submit=true runs end to end through
-`dag.test()`, each Spark step a SparkSubmitOperator application on that master."""
+"""mq_audit on a real Spark standalone cluster (a master and two workers started by the
+test): with mqaudit_spark_submit=true, `dag.test()` runs each Spark step as a
+SparkSubmitOperator application on that master, with executors on both workers and the C
+reader loaded in them; the lake it writes is the lake `mqaudit pipeline run` writes on
+`local[2]` from the same data at the same audit time (run meanwhile, in this process: the
+DAG's run spends much of its time waiting on its applications' JVMs)."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import io
 import json
 import os
-import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from structlog.testing import capture_logs
 
-from broker_runtime.cli.main import main
 from pipeline.delta_io import DeltaIO, table_exists
 from pipeline.lake import AUDIT_TABLES, INGESTED_TABLES, table_path
-from tests.conftest import local_spark, mqaudit_cmd
+from pipeline.run import run_pipeline
+from pipeline.steps import RunInputs
+from tests.conftest import local_spark
 from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.integration.audit_data import build_data_dir
-from tests.integration.test_audit_pipeline import T0
 from tests.spark_cluster import SparkCluster
 
-# A cluster to start and two pipeline runs, one in a driver process of its own.
+# A cluster to start, four applications submitted to it and a run beside them.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.native_delta,
@@ -37,21 +39,36 @@ pytestmark = [
     pytest.mark.timeout(1800),
     *AIRFLOW_WARNINGS,
 ]
-AS_OF = T0 + 3_600_000  # one audit time for both runs
+WHEN = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)  # after the DAG's start date; the audit time
+STEPS = ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
 VOLATILE = {"created_at"}  # the ingest checkpoint's wall clock
 
 
-def _run_args(data_dir: Path, root: Path) -> list[str]:
-    return [
-        *("pipeline", "run", "--data-dir", str(data_dir), "--lake", str(root / "lake")),
-        *("--out", str(root / "out"), "--as-of", str(AS_OF), "--quiet"),
-    ]
+@dataclass
+class Runs:
+    state: str  # the DAG run's
+    tasks: dict[str, Any]  # task id -> state
+    interval_end: dt.datetime
+    apps: list[dict[str, Any]]  # the master's completed applications of the DAG run
+    ingested: dict[str, Any]  # what the submitted ingest step printed
+    lake: Path  # the DAG run's
+    reports: Path
+    local: dict[str, Any]  # `pipeline run`'s summary on local[2]
+    local_lake: Path
 
 
-def _rows(spark: SparkSession, lake: Path, name: str, schema: Any) -> list[tuple[Any, ...]]:
-    names = [f.name for f in schema.fields if f.name not in VOLATILE]
-    df = DeltaIO(spark).read(table_path(lake, name), schema).select(*names)
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+def _printed(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON objects the submitted steps printed, from the log events SparkSubmitHook
+    made of their output (one per line; the steps print indented JSON)."""
+    objects, lines = [], list[str]()
+    for event in (str(e.get("event")) for e in logs):
+        if event == "{" or lines:
+            lines.append(event)
+        if lines and event.startswith("}"):
+            with contextlib.suppress(json.JSONDecodeError):  # a nested object's end
+                objects.append(json.loads("\n".join(lines)))
+                lines = []
+    return objects
 
 
 @pytest.fixture(scope="module")
@@ -61,110 +78,97 @@ def spark() -> SparkSession:
 
 @pytest.fixture(scope="module")
 def runs(
-    spark: SparkSession, spark_cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[Path, dict[str, Any]]]:
-    root = tmp_path_factory.mktemp("cluster-run")
-    data_dir = build_data_dir(root)
-    local, cluster = root / "local", root / "cluster"
-    # On the cluster: a driver process of its own (this one has its local session). The
-    # local run goes on meanwhile: the cluster run spends much of its time waiting (on its
-    # executors' start, on each small job's round trips), time the local run uses.
-    with (root / "driver.out").open("w+") as out, (root / "driver.err").open("w+") as err:
-        driver = subprocess.Popen(
-            mqaudit_cmd(*_run_args(data_dir, cluster), "--spark-master", spark_cluster.url),
-            stdout=out,
-            stderr=err,
-            text=True,
-            env=spark_cluster.env(),
-        )
-        try:
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                assert main([*_run_args(data_dir, local), "--spark-master", "local[2]"]) == 0
-            driver.wait(timeout=1200)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
-        err.seek(0)
-        assert driver.returncode == 0, err.read()[-5000:]
-        out.seek(0)
-        on_cluster = json.loads(out.read().strip().splitlines()[-1])
-    in_process = json.loads(printed.getvalue().strip().splitlines()[-1])
-    return {"local": (local / "lake", in_process), "cluster": (cluster / "lake", on_cluster)}
-
-
-def test_the_cluster_run_had_executors_on_both_workers_with_the_c_reader(
-    spark_cluster: SparkCluster, runs: dict[str, tuple[Path, dict[str, Any]]]
-) -> None:
-    summary = runs["cluster"][1]
-    assert summary["ok"] and summary["backend"] == "native"
-    assert summary["readers"] == ["c"]  # every range was decoded by the C kernel
-    apps = spark_cluster.completed_apps(["mqaudit-run"])
-    assert len(apps) == 1, apps
-    executors = spark_cluster.executors(apps[0]["id"])
-    workers = {w["id"] for w in spark_cluster.state()["workers"]}
-    assert set(executors) == workers, executors  # each worker ran executors of the run
-    print(f"app {apps[0]['id']}: executors by worker {executors}")
-
-
-def test_the_cluster_gives_the_same_lake_as_local(
-    spark: SparkSession, runs: dict[str, tuple[Path, dict[str, Any]]]
-) -> None:
-    (local, here), (cluster, there) = runs["local"], runs["cluster"]
-    for key in ("ingested_messages", "appended", "audit_rows", "audit_gates", "problems"):
-        assert here[key] == there[key], key
-    assert here["ingested_messages"] > 0
-    for name, schema in {**INGESTED_TABLES, **AUDIT_TABLES}.items():
-        assert _rows(spark, local, name, schema) == _rows(spark, cluster, name, schema), name
-
-
-def test_mq_audit_through_spark_submit_on_the_cluster(
+    spark: SparkSession,
     spark_cluster: SparkCluster,
     airflow_db: Path,
-    variables: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Runs:
     from airflow.api.common.delete_dag import delete_dag
     from airflow.dag_processing.dagbag import DagBag
 
-    data_dir = build_data_dir(tmp_path)
-    lake, reports = tmp_path / "lake", tmp_path / "reports"
-    variables(
-        mqaudit_spark_submit="true",
-        mqaudit_data_dir=data_dir,
-        mqaudit_lake=lake,
-        mqaudit_reports=reports,
+    root = tmp_path_factory.mktemp("cluster-run")
+    data_dir = build_data_dir(root)
+    lake, reports = root / "lake", root / "reports"
+    local = RunInputs(
+        lake=root / "local" / "lake",
+        data_dirs=(data_dir,),
+        out=root / "local" / "out",
+        as_of_ms=int(WHEN.timestamp() * 1000),
+        progress=False,
     )
     host, port = spark_cluster.url.rsplit(":", 1)
     conn = {"conn_type": "spark", "host": host, "port": int(port)}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_MQAUDIT_SPARK", json.dumps(conn | {"extra": {"deploy-mode": "client"}})
-    )
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    # What the submitted drivers need; one executor each (their inputs are a few dozen rows,
-    # and the first test shows a run's executors on both workers): two took this test about
-    # 80 CPU s more (517 against 435 s, the test alone on an idle 2-core machine).
-    for name, value in spark_cluster.client_env({"spark.cores.max": "1"}).items():
-        monkeypatch.setenv(name, value)
+    values = {
+        "AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT": "true",
+        "AIRFLOW_VAR_MQAUDIT_DATA_DIR": str(data_dir),
+        "AIRFLOW_VAR_MQAUDIT_LAKE": str(lake),
+        "AIRFLOW_VAR_MQAUDIT_REPORTS": str(reports),
+        "AIRFLOW_CONN_MQAUDIT_SPARK": json.dumps(conn | {"extra": {"deploy-mode": "client"}}),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        **spark_cluster.client_env(),  # what the submitted drivers need
+    }
     before = {a["id"] for a in spark_cluster.state()["completedapps"]}
-    dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
-    assert {type(t).__name__ for t in dag.tasks} == {"SparkSubmitOperator"}
-    when = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)  # after the DAG's start date
-    try:
-        run = dag.test(logical_date=when)
-        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    finally:
-        # The worker's other DAG tests share its Airflow db and parse mq_audit with other
-        # Variables: a second serialized version of it there fails their runs.
-        delete_dag(dag.dag_id)
-    assert run.state == "success", states
-    steps = ["mqaudit-audit", "mqaudit-ingest", "mqaudit-report", "mqaudit-validate"]
-    apps = spark_cluster.completed_apps(steps, before)
-    assert sorted(a["name"] for a in apps) == steps, apps
-    for app in apps:  # each step's executors ran on the workers
-        assert spark_cluster.executors(app["id"]), app
-    (report,) = (reports / "mq_audit").glob("*/audit_report.html")
+    with pytest.MonkeyPatch.context() as env, ThreadPoolExecutor(1) as beside:
+        for name, value in values.items():
+            env.setenv(name, value)
+        local_run = beside.submit(run_pipeline, local, spark)
+        dag = DagBag(dag_folder=str(DAGS)).dags["mq_audit"]
+        assert {type(t).__name__ for t in dag.tasks} == {"SparkSubmitOperator"}
+        try:
+            with capture_logs() as logs:
+                run = dag.test(logical_date=WHEN)
+            tasks = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        finally:
+            # The worker's other DAG tests share its Airflow db and parse mq_audit with
+            # other Variables: a second serialized version of it there fails their runs.
+            delete_dag(dag.dag_id)
+    return Runs(
+        state=run.state,
+        tasks=tasks,
+        interval_end=run.data_interval_end,
+        apps=spark_cluster.completed_apps(STEPS, before),
+        ingested=next((o for o in _printed(logs) if "readers" in o), {}),
+        lake=lake,
+        reports=reports,
+        local=local_run.result(),
+        local_lake=local.lake,
+    )
+
+
+def test_mq_audit_runs_each_step_as_an_application_on_the_cluster(
+    spark_cluster: SparkCluster, runs: Runs
+) -> None:
+    assert runs.state == "success", runs.tasks
+    assert sorted(a["name"] for a in runs.apps) == STEPS, runs.apps
+    (report,) = (runs.reports / "mq_audit").glob("*/audit_report.html")
     assert "lost" in report.read_text()
-    assert all(table_exists(table_path(lake, t)) for t in AUDIT_TABLES)
+    assert all(table_exists(table_path(runs.lake, t)) for t in AUDIT_TABLES)
+
+
+def test_the_ingest_had_executors_on_both_workers_with_the_c_reader(
+    spark_cluster: SparkCluster, runs: Runs
+) -> None:
+    assert runs.ingested["backend"] == "native", runs.ingested
+    assert runs.ingested["readers"] == ["c"]  # every range was decoded by the C kernel
+    workers = {w["id"] for w in spark_cluster.state()["workers"]}
+    by_step = {a["name"]: spark_cluster.executors(a["id"]) for a in runs.apps}
+    assert set(by_step["mqaudit-ingest"]) == workers, by_step  # each worker read ranges
+    assert all(by_step.values()), by_step  # each step's executors ran on the workers
+    print(f"executors by step and worker: {by_step}")
+
+
+def _rows(spark: SparkSession, lake: Path, name: str, schema: Any) -> list[tuple[Any, ...]]:
+    names = [f.name for f in schema.fields if f.name not in VOLATILE]
+    df = DeltaIO(spark).read(table_path(lake, name), schema).select(*names)
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def test_the_cluster_gives_the_same_lake_as_local(spark: SparkSession, runs: Runs) -> None:
+    assert runs.interval_end == WHEN  # the DAG's audit time is the local run's
+    assert runs.local["ok"] and runs.local["ingested_messages"] == runs.ingested["messages"]
+    assert runs.local["appended"] == runs.ingested["appended"]
+    assert runs.ingested["messages"] > 0
+    for name, schema in {**INGESTED_TABLES, **AUDIT_TABLES}.items():
+        assert _rows(spark, runs.local_lake, name, schema) == _rows(
+            spark, runs.lake, name, schema
+        ), name
