@@ -1,5 +1,5 @@
 """A real Spark standalone cluster for tests: a master and two workers started from the
-installed pyspark (`spark-class`), on 127.0.0.1 with ephemeral ports, 1 core and 1 GiB per
+installed pyspark (`spark-class`), on 127.0.0.1 with ephemeral ports, 2 cores and 2 GiB per
 worker, stopped by PID. Ports are read from the daemons' own log lines; readiness and the
 applications' executors from the master's and workers' JSON endpoints.
 """
@@ -29,8 +29,9 @@ FINISH_TIMEOUT_S = 120.0  # an application's end reaching the master after its d
 SPARK_HOME = Path(pyspark.__file__).parent
 WORKERS = 2
 # The drivers' settings on this cluster (spark-defaults.conf; a session's own settings win):
-# its inputs are as small as the demo's.
-CLIENT_CONF = SMALL_DATA_SPARK
+# its inputs are as small as the demo's, and two applications run at once, each with an
+# executor of one core on each worker.
+CLIENT_CONF = {**SMALL_DATA_SPARK, "spark.cores.max": "2"}
 
 
 @dataclass
@@ -142,7 +143,7 @@ def start_cluster(root: Path, workers: int = WORKERS) -> SparkCluster:
             work = root / f"worker-{i}"
             work.mkdir(exist_ok=True)
             args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
-            args += ["--cores", "1", "--memory", "1g"]
+            args += ["--cores", "2", "--memory", "2g"]
             args += ["--work-dir", str(work), cluster.url]
             cluster.procs.append(
                 _spark_class(
