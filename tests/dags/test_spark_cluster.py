@@ -32,7 +32,7 @@ from tests.dags.conftest import AIRFLOW_WARNINGS, DAGS
 from tests.integration.audit_data import build_data_dir
 from tests.spark_cluster import SparkCluster
 
-# A cluster to start, four applications submitted to it and a run beside them.
+# A cluster to start, four applications submitted to it and two runs beside them.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.native_delta,
