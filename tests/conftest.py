@@ -32,12 +32,9 @@ PYTHON = sys.executable
 # on CI's two cores (README.md, "Tests"); `make test-native` runs it anyway.
 DELTA_BACKEND = os.environ.setdefault("MQAUDIT_DELTA_BACKEND", "embedded")
 
-# Every JVM the tests start (Spark sessions, spark-submit drivers, the standalone cluster,
-# Apache RocketMQ) compiles with C1 only. They live seconds to minutes on small inputs, and
-# C2's compiling was most of their CPU: tests/dags/test_spark_cluster.py (db506be) took 595 user
-# CPU s with it and 359 s without (README.md, "Two commands"). What the JVMs compute is the
-# same; benchmarks, the demo and users' runs keep the JVM's default tiers. An empty
-# JAVA_TOOL_OPTIONS in the environment runs the tests with those too.
+# Every JVM the tests start compiles with C1 only: on their small inputs C2's compiling was
+# most of their CPU (README.md, "Two commands", has the figures). An empty JAVA_TOOL_OPTIONS
+# in the environment keeps the JVM's default tiers.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 

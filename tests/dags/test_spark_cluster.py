@@ -53,10 +53,9 @@ class Runs:
     tasks: dict[str, Any]  # task id -> state
     interval_end: dt.datetime
     apps: list[dict[str, Any]]  # the master's completed applications of the DAG run
-    lake: Path  # the DAG run's
-    reports: Path
+    reports: Path  # the DAG run's
     summaries: dict[str, dict[str, Any]]  # `pipeline run`'s, "cluster" and "local"
-    lakes: dict[str, Path]  # theirs
+    lakes: dict[str, Path]  # "dag", "cluster" and "local"
 
 
 def _run_args(data_dir: Path, root: Path) -> list[str]:
@@ -143,10 +142,9 @@ def runs(
         tasks=tasks,
         interval_end=run.data_interval_end,
         apps=spark_cluster.completed_apps(STEPS, before),
-        lake=lake,
         reports=reports,
         summaries={"cluster": on_cluster, "local": local_run.result()},
-        lakes={"cluster": root / "cluster" / "lake", "local": local.lake},
+        lakes={"dag": lake, "cluster": root / "cluster" / "lake", "local": local.lake},
     )
 
 
@@ -157,7 +155,7 @@ def test_mq_audit_runs_each_step_as_an_application_on_the_cluster(
     assert sorted(a["name"] for a in runs.apps) == STEPS, runs.apps
     (report,) = (runs.reports / "mq_audit").glob("*/audit_report.html")
     assert "lost" in report.read_text()
-    assert all(table_exists(table_path(runs.lake, t)) for t in AUDIT_TABLES)
+    assert all(table_exists(table_path(runs.lakes["dag"], t)) for t in AUDIT_TABLES)
 
 
 def test_the_runs_had_executors_on_both_workers_with_the_c_reader(
@@ -187,8 +185,7 @@ def test_the_cluster_gives_the_same_lake_as_local(spark: SparkSession, runs: Run
     for key in ("ingested_messages", "appended", "audit_rows", "audit_gates", "problems"):
         assert here[key] == there[key], key
     assert here["ingested_messages"] > 0
-    local = runs.lakes["local"]
     for name, schema in {**INGESTED_TABLES, **AUDIT_TABLES}.items():
-        expected = _rows(spark, local, name, schema)
-        assert _rows(spark, runs.lakes["cluster"], name, schema) == expected, name
-        assert _rows(spark, runs.lake, name, schema) == expected, name
+        expected = _rows(spark, runs.lakes["local"], name, schema)
+        for run in ("cluster", "dag"):
+            assert _rows(spark, runs.lakes[run], name, schema) == expected, (run, name)
