@@ -106,7 +106,8 @@ def _java_env() -> dict[str, str]:
 
 
 def java_argv(main: str, *args: str, heap: str = "256m") -> list[str]:
-    """argv of one of the programs in java/ (`Producer`, ...) or a fully qualified class."""
+    """argv of one of the programs in java/ (`Producer`, ...) or a fully qualified class, run
+    by java/mqinterop/Run.java: the JVM ends when its main returns (not 2 s later)."""
     cls = main if "." in main else f"mqinterop.{main}"
     return [
         "java",
@@ -116,6 +117,7 @@ def java_argv(main: str, *args: str, heap: str = "256m") -> list[str]:
         "-Drocketmq.client.logUseSlf4j=true",
         "-cp",
         classpath(),
+        "mqinterop.Run",
         cls,
         *args,
     ]
