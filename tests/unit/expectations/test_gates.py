@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -160,11 +161,17 @@ def test_bad_input_is_refused_with_a_reason(spark: SparkSession, gates: GateCont
         run_gate(empty["quarantine"], "quarantine", params={"max_rows": 1}, context=gates)
 
 
-def test_file_context_keeps_earlier_runs_in_data_docs(spark: SparkSession, tmp_path: Path) -> None:
+def test_file_context_keeps_earlier_runs_in_data_docs(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     docs, project = tmp_path / "docs", tmp_path / "gx"
     df = frame(spark, TABLES["quarantine"], [damage(4096, False)])
+    caplog.set_level(logging.INFO)  # as a task log's
     for run in ("first-run", "second-run"):
         context = GateContext(docs, project_dir=project)  # each run opens the same project
         assert run_gate(df, "quarantine", context=context, run_name=run).success
     index = (docs / "index.html").read_text()
     assert "first-run" in index and "second-run" in index
+    # A file context saves its config at each step: GX's INFO lines about it stay out.
+    chatter = [r for r in caplog.records if r.name.startswith("great_expectations")]
+    assert [r.getMessage() for r in chatter if r.levelno < logging.WARNING] == []
