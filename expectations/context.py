@@ -19,7 +19,6 @@ would rebuild the site's index after every table).
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +67,6 @@ class GateContext:
         sample_rows: int = 20,
         detail_format: str = "SUMMARY",
     ) -> None:
-        # GX logs every save of its config and dump of a model at INFO: dozens of lines per
-        # gate in a task log, around the gates' own.
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)
         if project_dir is None:
             self.gx: Any = gx.get_context(mode="ephemeral")
         else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +177,25 @@ def test_file_context_keeps_earlier_runs_in_data_docs(
     # A file context saves its config at each step: GX's INFO lines about it stay out.
     chatter = [r for r in caplog.records if r.name.startswith("great_expectations")]
     assert [r.getMessage() for r in chatter if r.levelno < logging.WARNING] == []
+
+
+IMPORT_LOGS = """
+import logging
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+logging.basicConfig(level=logging.INFO, handlers=[Keep()])  # as a task's
+import expectations.gates
+logging.getLogger("mqaudit.gate").info("a gate's own line")
+print(sum(r.name.startswith("great_expectations") for r in records), len(records))
+"""
+
+
+def test_importing_the_gates_logs_no_gx_info_lines() -> None:
+    """A task imports the gates with its root logger at INFO: GX's import-time lines (one
+    for each function it documents, 200-odd) stay out; other INFO records do not."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_LOGS], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["0", "1"], done.stdout + done.stderr[-2000:]
