@@ -205,11 +205,11 @@ def _namesrv_of(data_dir: Path) -> str | None:
 
 def load_settings() -> Settings:
     """Inside a task: every setting resolved (Variables, Connection, defaults). The steps'
-    progress lines go to the task's stderr, as under the CLI."""
-    from broker_runtime.common.progress import show_progress
+    progress lines go to the task log, at INFO (`log_progress`)."""
+    from broker_runtime.common.progress import log_progress
     from pipeline.steps import split_dirs
 
-    show_progress()
+    log_progress()
     data_dir = Path(variable("mqaudit_data_dir")).expanduser().resolve()
     conn = _broker_connection()
     try:

@@ -2,7 +2,8 @@
 
 A step reports on the logger `mqaudit.<step>` (`reporter("ingest")`), at INFO. A command shows
 those records on stderr as `<step>: <message>` (`show_progress`, called by the entry points);
-under Airflow they go to the task log with every other record. `Ticker` repeats a line while
+under Airflow they go to the task log with every other record (`log_progress`, called by the
+tasks). `Ticker` repeats a line while
 a long step runs, for logs; where a person watches a count grow in a terminal, `counter()`
 draws a rich progress display instead.
 """
@@ -67,6 +68,17 @@ def show_progress(quiet: bool = False) -> None:
         logger.addHandler(_StderrHandler())
         logger.propagate = False  # a host's root handlers would print each line again
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def log_progress() -> None:
+    """Inside a host that logs (an Airflow task): the `mqaudit.*` records, INFO and up, go to
+    its handlers as its own records do, at their level. (Airflow logs a task's stderr as
+    errors, so `show_progress`'s lines would read as failures there.)"""
+    logger = logging.getLogger(ROOT)
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.INFO)
 
 
 class Ticker:

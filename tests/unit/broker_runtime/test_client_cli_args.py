@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from broker_runtime.client.push_consumer import PushConsumer
 from broker_runtime.client.rebalance import MessageQueue
 from broker_runtime.cluster.layout import ClusterLayout, NodeSpec, namesrv_of_data_dir
 from broker_runtime.common.clock import format_ms, parse_time_ms
-from broker_runtime.common.progress import counter, reporter, show_progress
+from broker_runtime.common.progress import counter, log_progress, reporter, show_progress
 
 
 def test_namesrv_of_data_dir_reads_cluster_json(tmp_path: Path) -> None:
@@ -90,6 +91,29 @@ def test_progress_records_show_on_stderr_as_step_lines(
     reporter("ingest")("2 broker store dir(s)")
     reporter("audit", enabled=False)("not shown")
     assert capsys.readouterr().err == "ingest: 2 broker store dir(s)\n"
+
+
+def test_inside_a_task_progress_records_go_to_the_hosts_handlers_at_info(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An Airflow task logs its stderr as errors: there the records go to the host's logging
+    instead (its root's handlers), once each, at their own level, even after a command's
+    `show_progress` in the same process."""
+    seen: list[logging.LogRecord] = []
+    host = logging.Handler()
+    host.emit = seen.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    root.addHandler(host)
+    try:
+        show_progress()
+        log_progress()
+        reporter("gate")("messages: passed 25 expectations")
+    finally:
+        root.removeHandler(host)
+    assert capsys.readouterr().err == ""
+    assert [(r.name, r.levelname, r.getMessage()) for r in seen] == [
+        ("mqaudit.gate", "INFO", "messages: passed 25 expectations")
+    ]
 
 
 MQ = MessageQueue("T", "broker-a", 0)
