@@ -58,13 +58,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2)  # the demo's test holds seed 7 to the truth message by message too
 MESSAGES = 270  # 27 per scenario (the workload's least is 24)
+# ... but for C.WENT_BACK in C.WENT_BACK_IN's scenarios.
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
-# ... except a committed offset going back where two consumers of a group commit one queue at
-# once: the one that lost it in a rebalance without the lock (or from a stale route) acks what
-# it had pulled after the new owner committed further. Whether a snapshot of the offsets falls
-# between the two commits is timing, so these are held against the offset files themselves.
-WENT_BACK = ("offset_regression", "committed_offset_went_back")
-WENT_BACK_IN = {"namesrv_split", "rebalance_lock_off"}
 
 
 @dataclass
@@ -162,7 +157,7 @@ def _keys(runs: list[Audited]) -> tuple[dict[C.Key, int], dict[C.Key, int]]:
         rows = [
             r
             for r in a.all_rows()
-            if r["kind"] != C.DUPLICATE_EFFECT and (r["kind"], r["cause"]) != WENT_BACK
+            if r["kind"] != C.DUPLICATE_EFFECT and (r["kind"], r["cause"]) != C.WENT_BACK
         ]
         for side, keys in ((truth, C.truth_keys(a.doc)), (found, C.audit_keys(rows, a.owners))):
             side.update({(f"{a.seed}:{k[0]}", *k[1:]): n for k, n in keys.items()})
@@ -202,11 +197,11 @@ def test_the_audit_matches_counts_from_the_raw_ledgers_and_commitlogs(
             assert {m for _, m in of("stored_twice")} == raw.stored_twice
             assert {m for _, m in of("lost_after_ack")} == raw.acked_not_stored
             assert of("never_delivered", "expired_before_consumed") == set()
-            went_back = [r for r in rows if (r["kind"], r["cause"]) == WENT_BACK]
+            went_back = [r for r in rows if (r["kind"], r["cause"]) == C.WENT_BACK]
             assert [
                 r for r in rows if r["kind"] in AUDIT_KINDS_NEVER_INJECTED and r not in went_back
             ] == []
-            assert {a.owners[str(r["group"])] for r in went_back} <= WENT_BACK_IN, went_back
+            assert {a.owners[str(r["group"])] for r in went_back} <= C.WENT_BACK_IN, went_back
             assert raw.offsets_went_back == Counter(
                 (r["group"], r["topic"], r["count"]) for r in went_back
             )

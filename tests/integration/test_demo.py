@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -64,7 +66,11 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     # the demo's cluster (the loop below).
     truth = json.loads((out / "truth.json").read_text())
     rows = C.lake_fault_rows(out / "lake")
-    found = C.audit_keys((r for r in rows if r["kind"] != C.DUPLICATE_EFFECT), C.scenario_of(truth))
+    owners = C.scenario_of(truth)
+    went_back = [r for r in rows if (r["kind"], r["cause"]) == C.WENT_BACK]
+    found = C.audit_keys(
+        (r for r in rows if r["kind"] != C.DUPLICATE_EFFECT and r not in went_back), owners
+    )
     main = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) == out / "cluster"}
     resent = {k: n for k, n in C.truth_keys(truth).items() if k[1] == "resend_due" and k[0] in main}
     assert resent  # the workload cut some sends off the demo's cluster
@@ -73,6 +79,18 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     assert repaired
     expected = {k: n for k, n in C.truth_keys(truth).items() if k not in resent | repaired}
     C.assert_same_findings(expected, found)
+    # Committed offsets that went back (timing, see C.WENT_BACK): only where two consumers
+    # commit one queue, and each is in its cluster's offset files.
+    assert {owners[r["group"]] for r in went_back} <= C.WENT_BACK_IN, went_back
+
+    def data_dir_of(row: dict[str, Any]) -> Path:
+        return Path(truth["scenarios"][owners[row["group"]]]["data_dir"])
+
+    for data_dir in {Path(truth["scenarios"][n]["data_dir"]) for n in C.WENT_BACK_IN}:
+        mine = Counter(
+            (r["group"], r["topic"], r["count"]) for r in went_back if data_dir_of(r) == data_dir
+        )
+        assert mine == C.raw_counts(data_dir).offsets_went_back, data_dir
 
     # The repair loop closed: what mq_audit found, the remedy acted on, and the next mq_audit
     # no longer finds (every resend; the replayed group's dead letters).

@@ -77,6 +77,13 @@ DUPLICATE_EFFECT = "duplicate_effect"  # a consequence of delivered_twice, not a
 # concurrent causes a duplicate gets turns on milliseconds (see test_audit_truth).
 CONCURRENT = {"namesrv_split", "rebalance_lock_off", "rebalance_lock_on"}
 CAUSES_WHEN_CONCURRENT = {"rebalance_overlap", "offset_not_committed", "redelivery_after_restart"}
+# A committed offset going back where two consumers of a group commit one queue at once: the
+# one that lost it in a rebalance without the lock (or from a stale route) acks what it had
+# pulled after the new owner committed further. Whether a snapshot of the offsets falls
+# between the two commits is timing, so these are held against the offset files themselves
+# (`RawCounts.offsets_went_back`), not the truth.
+WENT_BACK = ("offset_regression", "committed_offset_went_back")
+WENT_BACK_IN = {"namesrv_split", "rebalance_lock_off"}
 
 
 def lake_fault_rows(lake: Path, system: str = ROCKETMQ) -> list[dict[str, Any]]:
