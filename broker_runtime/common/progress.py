@@ -3,9 +3,8 @@
 A step reports on the logger `mqaudit.<step>` (`reporter("ingest")`), at INFO. A command shows
 those records on stderr as `<step>: <message>` (`show_progress`, called by the entry points);
 under Airflow they go to the task log with every other record (`log_progress`, called by the
-tasks). `Ticker` repeats a line while
-a long step runs, for logs; where a person watches a count grow in a terminal, `counter()`
-draws a rich progress display instead.
+tasks). `Ticker` repeats a line while a long step runs, for logs; where a person watches a
+count grow in a terminal, `counter()` draws a rich progress display instead.
 """
 
 from __future__ import annotations
