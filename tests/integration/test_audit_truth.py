@@ -58,7 +58,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEEDS = (1, 2)  # the demo's test holds seed 7 to the truth message by message too
 MESSAGES = 270  # 27 per scenario (the workload's least is 24)
-# ... but for C.WENT_BACK in C.WENT_BACK_IN's scenarios.
+# Kinds the workload never makes (but for C.WENT_BACK in C.WENT_BACK_IN's scenarios).
 AUDIT_KINDS_NEVER_INJECTED = {"cq_without_message", "offset_regression", "queue_offset_gap"}
 
 
