@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -155,9 +154,7 @@ def _keys(runs: list[Audited]) -> tuple[dict[C.Key, int], dict[C.Key, int]]:
     found: dict[C.Key, int] = {}
     for a in runs:
         rows = [
-            r
-            for r in a.all_rows()
-            if r["kind"] != C.DUPLICATE_EFFECT and (r["kind"], r["cause"]) != C.WENT_BACK
+            r for r in a.all_rows() if r["kind"] != C.DUPLICATE_EFFECT and not C.is_went_back(r)
         ]
         for side, keys in ((truth, C.truth_keys(a.doc)), (found, C.audit_keys(rows, a.owners))):
             side.update({(f"{a.seed}:{k[0]}", *k[1:]): n for k, n in keys.items()})
@@ -197,14 +194,12 @@ def test_the_audit_matches_counts_from_the_raw_ledgers_and_commitlogs(
             assert {m for _, m in of("stored_twice")} == raw.stored_twice
             assert {m for _, m in of("lost_after_ack")} == raw.acked_not_stored
             assert of("never_delivered", "expired_before_consumed") == set()
-            went_back = [r for r in rows if (r["kind"], r["cause"]) == C.WENT_BACK]
+            went_back = [r for r in rows if C.is_went_back(r)]
             assert [
                 r for r in rows if r["kind"] in AUDIT_KINDS_NEVER_INJECTED and r not in went_back
             ] == []
             assert {a.owners[str(r["group"])] for r in went_back} <= C.WENT_BACK_IN, went_back
-            assert raw.offsets_went_back == Counter(
-                (r["group"], r["topic"], r["count"]) for r in went_back
-            )
+            assert raw.offsets_went_back == C.went_back_counts(went_back)
         effects: dict[str, int] = {}
         for r in a.all_rows():
             if r["kind"] == C.DUPLICATE_EFFECT:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +66,9 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
     truth = json.loads((out / "truth.json").read_text())
     rows = C.lake_fault_rows(out / "lake")
     owners = C.scenario_of(truth)
-    went_back = [r for r in rows if (r["kind"], r["cause"]) == C.WENT_BACK]
+    went_back = [r for r in rows if C.is_went_back(r)]
     found = C.audit_keys(
-        (r for r in rows if r["kind"] != C.DUPLICATE_EFFECT and r not in went_back), owners
+        (r for r in rows if r["kind"] != C.DUPLICATE_EFFECT and not C.is_went_back(r)), owners
     )
     main = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) == out / "cluster"}
     resent = {k: n for k, n in C.truth_keys(truth).items() if k[1] == "resend_due" and k[0] in main}
@@ -87,9 +86,7 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
         return Path(truth["scenarios"][owners[row["group"]]]["data_dir"])
 
     for data_dir in {Path(truth["scenarios"][n]["data_dir"]) for n in C.WENT_BACK_IN}:
-        mine = Counter(
-            (r["group"], r["topic"], r["count"]) for r in went_back if data_dir_of(r) == data_dir
-        )
+        mine = C.went_back_counts(r for r in went_back if data_dir_of(r) == data_dir)
         assert mine == C.raw_counts(data_dir).offsets_went_back, data_dir
 
     # The repair loop closed: what mq_audit found, the remedy acted on, and the next mq_audit

@@ -86,6 +86,15 @@ WENT_BACK = ("offset_regression", "committed_offset_went_back")
 WENT_BACK_IN = {"namesrv_split", "rebalance_lock_off"}
 
 
+def is_went_back(row: dict[str, Any]) -> bool:
+    return (row["kind"], row["cause"]) == WENT_BACK
+
+
+def went_back_counts(rows: Iterable[dict[str, Any]]) -> Counter[tuple[str, str, int]]:
+    """The WENT_BACK rows as `RawCounts.offsets_went_back` counts them."""
+    return Counter((r["group"], r["topic"], r["count"]) for r in rows if is_went_back(r))
+
+
 def lake_fault_rows(lake: Path, system: str = ROCKETMQ) -> list[dict[str, Any]]:
     """A lake's fault findings (FAULT_TABLES, COLUMNS) of one system (RocketMQ's: the
     workload's), read with pyarrow, without Spark."""

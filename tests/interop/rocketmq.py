@@ -107,7 +107,7 @@ def _java_env() -> dict[str, str]:
 
 def java_argv(main: str, *args: str, heap: str = "256m") -> list[str]:
     """argv of one of the programs in java/ (`Producer`, ...) or a fully qualified class, run
-    by java/mqinterop/Run.java: the JVM ends when its main returns (not 2 s later)."""
+    by java/mqinterop/Run.java: the JVM ends when its main returns (not seconds later)."""
     cls = main if "." in main else f"mqinterop.{main}"
     return [
         "java",
