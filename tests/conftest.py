@@ -28,8 +28,8 @@ PYTHON = sys.executable
 # process a test starts, except in the test files marked `native_delta`, which run with the
 # product's default (the native delta-spark backend where its jars load: tests of both
 # backends, on each other's tables, the Spark cluster, spark-submit DAG runs and a native
-# pipeline run). A whole suite on the native backend costs more than the suite's time budget
-# on CI's two cores (README.md, "Tests"); `make test-native` runs it anyway.
+# pipeline run). `make test-native` runs every test on the native backend (README.md, "Two
+# commands").
 DELTA_BACKEND = os.environ.setdefault("MQAUDIT_DELTA_BACKEND", "embedded")
 
 # Every JVM the tests start compiles with C1 only: on their small inputs C2's compiling was
