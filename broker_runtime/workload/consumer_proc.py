@@ -4,7 +4,8 @@ One push consumer of one topic with the consumer ledger on, behaving as its spec
 hanging forever on some messages (never acked), failing some always or a number of times,
 taking `delay_ms` per message, losing the acks of one queue past an offset, or handing
 queues over on rebalance. Every delivery goes to its journal (`journal.py`). SIGTERM stops
-it cleanly (offsets committed, group left); SIGKILL is the crash the workload injects.
+it cleanly (offsets committed, group left), and so does the end of the workload that forked
+it; SIGKILL is the crash the workload injects.
 With `wait_signal` it loads, writes `ready` and starts consuming on SIGUSR1.
 """
 
@@ -14,6 +15,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -140,6 +142,24 @@ def build(spec: ConsumerSpec, journal: JournalWriter) -> PushConsumer:
     return consumer
 
 
+def _stop_when_parent_ends(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """A consumer forked by the workload stops cleanly when the workload ends, however it
+    ends: killed (SIGKILL), it left its consumers running, holding their queues. The
+    workload's end closes the pipe multiprocessing gives the child as its parent's sentinel,
+    which then reads as end of file. A consumer started on its own has no such parent."""
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+    sentinel = parent.sentinel
+
+    def parent_ended() -> None:
+        loop.remove_reader(sentinel)  # readable from now on: once is enough
+        log.warning("the workload that started this consumer has ended: stopping")
+        stop.set()
+
+    loop.add_reader(sentinel, parent_ended)
+
+
 async def run(spec: ConsumerSpec) -> None:
     journal = JournalWriter(Path(spec.journal))
     consumer = build(spec, journal)
@@ -151,6 +171,7 @@ async def run(spec: ConsumerSpec) -> None:
     stop, go = asyncio.Event(), asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, go.set)
+    _stop_when_parent_ends(loop, stop)
     if spec.wait_signal:
         journal.write("ready")
         waiter = loop.create_task(go.wait())
