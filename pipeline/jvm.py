@@ -87,21 +87,35 @@ def session_java_home(master: str) -> str:
     return os.environ.get("JAVA_HOME", "")
 
 
+# A local session's driver (its own executor) listens on the loopback interface, where its
+# ports serve no other host. Left to look the machine's address up, Spark binds them to the
+# first other interface's address and, where the hostname resolves to 127.0.0.1, warns so on
+# stderr ("Your hostname, vm, resolves to a loopback address ..."): a line that Airflow logs
+# as an error in every task that starts a session. SPARK_LOCAL_IP set by the environment wins.
+LOCAL_DRIVER_IP = "127.0.0.1"
+
+
 @contextmanager
-def launched_with(java_home: str) -> Iterator[None]:
-    """JAVA_HOME as Spark's launcher reads it, while a session's JVM starts."""
-    saved = os.environ.get("JAVA_HOME")
-    if java_home:
-        os.environ["JAVA_HOME"] = java_home
-    else:
-        os.environ.pop("JAVA_HOME", None)
+def launched_with(java_home: str, master: str) -> Iterator[None]:
+    """The environment Spark's launcher reads while a session's JVM with `master` starts:
+    JAVA_HOME (unset where `java_home` is empty) and, for a local driver, SPARK_LOCAL_IP."""
+    values = {"JAVA_HOME": java_home or None}
+    if local_driver(master):
+        values["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP") or LOCAL_DRIVER_IP
+    saved = {name: os.environ.get(name) for name in values}
     try:
+        _set_env(values)
         yield
     finally:
-        if saved is None:
-            os.environ.pop("JAVA_HOME", None)
+        _set_env(saved)
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
         else:
-            os.environ["JAVA_HOME"] = saved
+            os.environ[name] = value
 
 
 def set_up_dir() -> Path:

@@ -255,7 +255,7 @@ def build_spark(
         settings["spark.jars"] = jars
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _child_stdout_to_stderr(), launched_with(java_home):
+    with _child_stdout_to_stderr(), launched_with(java_home, master):
         spark = builder.getOrCreate()
     if packages and jars is None and "spark.jars" not in settings:
         _remember_resolved(spark, packages, ivy_home)

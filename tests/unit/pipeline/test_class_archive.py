@@ -1,6 +1,6 @@
 """The JVM a local session runs on and the class archive it maps (pipeline/jvm.py,
 pipeline/class_archive.py): which JDK, when a session maps the archive, and that the one
-set-up made is mapped by a real session's JVM, on the JDK chosen."""
+set-up made is mapped by a real session's JVM, on the JDK chosen; where its driver listens."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pipeline.jvm import (
     CLASS_ARCHIVE_ENV,
     CLASS_ARCHIVE_LAUNCH_ENV,
     CLASS_ARCHIVE_RECORD_ENV,
+    LOCAL_DRIVER_IP,
     SPARK_JDK_ENV,
     class_archive_env_file,
     class_archive_options,
@@ -27,7 +28,7 @@ from pipeline.jvm import (
     session_java_home,
 )
 from pipeline.local_fs import CLASS_PATH_KEY, with_local_fs
-from tests.conftest import REPO
+from tests.conftest import REPO, local_spark
 
 
 @pytest.fixture
@@ -182,3 +183,23 @@ def test_a_new_session_loads_spark_and_delta_from_the_set_up_archive(
     from_archive = sum(source == shared for source in sources.values())
     loaded = sum(source.startswith(("jar:", "file:", "jrt:")) for source in sources.values())
     assert from_archive > 5 * loaded, (from_archive, loaded)
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The IPv4 addresses (IPv4-mapped ones of IPv6 sockets included) that TCP sockets of
+    this machine listen on at `port` (/proc/net/tcp and tcp6: state 0A is LISTEN)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                ipv4 = bytes.fromhex(address[-8:])[::-1]  # little-endian, the last 32 bits
+                found.add(".".join(str(b) for b in ipv4))
+    return found
+
+
+def test_a_local_sessions_driver_listens_on_the_loopback_interface_only() -> None:
+    spark = local_spark()
+    port = int(spark.conf.get("spark.driver.port"))
+    assert _listening_addresses(port) == {LOCAL_DRIVER_IP}
