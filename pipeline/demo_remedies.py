@@ -3,8 +3,10 @@ what its remedy did, and what the mq_audit after the remedies still finds (pure 
 DAG runs' summaries).
 
 A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
-it acted on no more: resend_due by mq_retry_resend (the stubs confirmed at their new
-offsets), dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
+it acted on no more: resend_due by mq_retry_resend, on each cluster it ran for (the stubs
+confirmed at their new offsets; a resent message that the broker had stored after all, its
+answer lost, is then stored twice, and the loop says how many more the audit after finds),
+dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
 lost_after_ack by mq_loss_repair on the master-crash cluster (sent again from the
 producer's kept bodies, the stubs confirmed at the new positions). The other kinds have no
 remedy the demo can run, and `NO_REMEDY` says why for each.
@@ -71,23 +73,37 @@ def _counts(audit: dict[str, Any], cluster: str | None) -> dict[str, Any]:
 def remediation(
     first: dict[str, Any],
     after: dict[str, Any],
-    resend: dict[str, Any],
+    resends: list[dict[str, Any]],
     replay: dict[str, Any],
     repair: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`first` and `after`: the mq_audit summaries before and after the remedies; `resend`,
-    `replay` and `repair`: the summaries of mq_retry_resend, of the real mq_dlq_replay and of
-    the loss repair (with the `cluster` it repaired)."""
-    # RocketMQ's findings of the cluster each remedy acted on (the DAGs' own cluster).
+    """`first` and `after`: the mq_audit summaries before and after the remedies; `resends`,
+    `replay` and `repair`: the summaries of the mq_retry_resend runs (each with the `cluster`
+    it resent on), of the real mq_dlq_replay and of the loss repair (with the `cluster` it
+    repaired)."""
+    # RocketMQ's findings of the cluster(s) each remedy acted on.
     group = replay.get("request", {}).get("group")
-    resent, replayed = resend.get("cluster"), replay.get("request", {}).get("cluster")
+    resent = [run.get("cluster") for run in resends]
+    replayed = replay.get("request", {}).get("cluster")
+
+    def candidates(audit: dict[str, Any]) -> int:
+        return sum(int(_counts(audit, c).get("resend_candidates") or 0) for c in resent)
+
+    def stored_twice(audit: dict[str, Any]) -> int:
+        return sum(_duplicates(_counts(audit, c), STORED_TWICE) for c in resent)
+
+    names = [str(c) for c in resent if c]
+    where = f" of cluster{'s' * (len(names) > 1)} {', '.join(names)}" if names else ""
     loops = {
         RESEND_DUE: _loop(
-            "mq_retry_resend",
-            int(_counts(first, resent).get("resend_candidates") or 0),
-            int(resend.get("counts", {}).get("sent") or 0),
-            int(_counts(after, resent).get("resend_candidates") or 0),
-        ),
+            "mq_retry_resend" + where,
+            candidates(first),
+            sum(int(run.get("counts", {}).get("sent") or 0) for run in resends),
+            candidates(after),
+        )
+        # A send whose answer was lost may have been stored all the same: resent, it is
+        # stored twice (at-least-once). How many more the audit after finds, said with it.
+        | {"stored_twice_after": max(0, stored_twice(after) - stored_twice(first))},
         DEAD_LETTERED: _loop(
             f"mq_dlq_replay of group {group}" if group else "mq_dlq_replay",
             int(_counts(first, replayed).get("dead_letters_waiting") or 0),
@@ -111,6 +127,10 @@ def _lost(counts: dict[str, Any]) -> int:
     return int(counts.get("losses", {}).get(LOST_AFTER_ACK) or 0)
 
 
+def _duplicates(counts: dict[str, Any], kind: str) -> int:
+    return int(counts.get("duplicates", {}).get(kind) or 0)
+
+
 def remediation_lines(r: dict[str, Any]) -> list[str]:
     """The loop as a person reads it: found -> repaired -> still found."""
     lines = [
@@ -118,6 +138,11 @@ def remediation_lines(r: dict[str, Any]) -> list[str]:
     ]
     for kind, loop in r["loops"].items():
         state = "closed" if loop["closed"] else "open"
+        if loop.get("stored_twice_after"):
+            state += (
+                f"; {loop['stored_twice_after']} more stored_twice after it: sends the broker "
+                "had stored, their answer lost"
+            )
         lines.append(
             f"  {kind:22}{loop['found']:>4} -> {loop['acted']:>4} -> {loop['left']:>4}  "
             f"({loop['remedy']}; {state})"

@@ -60,20 +60,37 @@ def latest(reports: Path, dag_id: str) -> dict[str, Any]:
     return load_json(Path(pointer["summary"])) if "summary" in pointer else {}
 
 
+def every_run(reports: Path, dag_id: str) -> list[dict[str, Any]]:
+    """The summary.json of each of the DAG's runs, oldest first."""
+    paths = sorted((reports / dag_id).glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+    return [doc for doc in map(load_json, paths) if doc]
+
+
 def replays(reports: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The newest dry-run and real replay summaries."""
-    runs = sorted(
-        (reports / "mq_dlq_replay").glob("*/summary.json"), key=lambda p: p.stat().st_mtime
-    )
     dry: dict[str, Any] = {}
     real: dict[str, Any] = {}
-    for path in runs:
-        doc = load_json(path)
+    for doc in every_run(reports, "mq_dlq_replay"):
         if doc.get("request", {}).get("dry_run"):
             dry = doc
-        elif doc:
+        else:
             real = doc
     return dry, real
+
+
+def resends(reports: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every mq_retry_resend run (one per cluster the demo resent on), and their sums: the
+    clusters, candidates, counts by action and stubs handed to a person."""
+    runs = every_run(reports, "mq_retry_resend")
+    counts: Counter[str] = Counter()
+    for run in runs:
+        counts.update(run.get("counts", {}))
+    return runs, {
+        "clusters": [run.get("cluster") for run in runs],
+        "candidates": sum(int(run.get("candidates") or 0) for run in runs),
+        "counts": dict(counts),
+        "manual_handling": sum(len(run.get("manual", [])) for run in runs),
+    }
 
 
 def truth_counts(truth: dict[str, Any]) -> dict[str, int]:
@@ -171,7 +188,7 @@ def build_summary(
     found = built.get("summary", {})
     audited = _audited(system_summary(found, ROCKETMQ))  # RabbitMQ: its own block
     clusters = found.get("clusters", {})
-    resend = latest(reports, "mq_retry_resend")
+    resend_runs, resent = resends(reports)
     repair = latest(reports, "mq_loss_repair")
     dlq = latest(reports, "mq_dlq_report").get("report", {})
     dry, real = replays(reports)
@@ -183,6 +200,7 @@ def build_summary(
     for row in check.values():
         row["match"] = row["truth"] == row["found"]
     gates = audit.get("audit_gates", {}).get("tables", {})
+    loop = remediation(audit, after, resend_runs, real, repair) if first_audit else None
     return {
         "out": str(out),
         "messages": {
@@ -206,17 +224,13 @@ def build_summary(
             "max_ms": found.get("lag_max_ms"),
         },
         "dead_letters": dict(audited["dead_letters"]),
-        "resends": {
-            "candidates": resend.get("candidates"),
-            "counts": resend.get("counts", {}),
-            "manual_handling": len(resend.get("manual", [])),
-        },
+        "resends": resent,
         "replays": {
             "group": (real or dry).get("request", {}).get("group"),
             "dry_run": dry.get("by_status", {}),
             "real": real.get("by_status", {}),
         },
-        "remediation": remediation(audit, after, resend, real, repair) if first_audit else None,
+        "remediation": loop,
         "problems": [*found.get("problems", []), *cluster_problems(clusters)],
         "audit_gates": {t: g.get("success") for t, g in gates.items()},
         "truth_check": check if truth else "no truth.json (no workload ran)",
@@ -225,7 +239,7 @@ def build_summary(
             "data_docs": _docs_index(reports),
             "dlq_report": dlq.get("html"),
             "dlq_csv": dlq.get("csv"),
-            "manual_handling": resend.get("manual_report", {}).get("csv"),
+            "manual_handling": str(reports / "mq_retry_resend") if resend_runs else None,
             "replays": str(reports / "mq_dlq_replay"),
             "summary": str(out / "summary.json"),
         },
@@ -286,7 +300,8 @@ def format_summary(s: dict[str, Any]) -> str:
         "not replayed",
         f"lag:            {kv(s['lag']['status'])}: {COUNTS[LAG]} by status; "
         f"the furthest behind {s['lag']['max_messages']} messages",
-        f"resends:        {kv(s['resends']['counts'])} (producer stubs, by what the resend "
+        f"resends:        {kv(s['resends']['counts'])} (producer stubs of "
+        f"{', '.join(map(str, s['resends']['clusters'])) or 'no cluster'}, by what the resend "
         f"did); {s['resends']['manual_handling']} to manual handling",
         f"replays ({s['replays']['group']}): dry run {kv(s['replays']['dry_run'])}; "
         f"real {kv(s['replays']['real'])} (dead letters, by replay outcome)",

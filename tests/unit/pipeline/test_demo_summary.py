@@ -4,6 +4,7 @@ mq_audit DAG, over every cluster of its one lake, counted against truth.json."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +128,27 @@ def test_other_clusters_are_the_scenarios_data_dirs_but_the_main_one(tmp_path: P
 def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path: Path) -> None:
     reports, truth, _ = _site(tmp_path)
     first = json.loads((reports / "mq_audit" / "r1" / "summary.json").read_text())
-    first["report"]["summary"] |= {"resend_candidates": 3, "dead_letters_waiting": 4}
-    after = {"report": {"summary": {"resend_candidates": 0, "dead_letters_waiting": 1}}}
-    after["report"]["summary"]["clusters"] = {"crash": {"losses": {}}}  # both repaired
+    first["report"]["summary"] |= {"resend_candidates": 5, "dead_letters_waiting": 4}
+    first["report"]["summary"]["clusters"]["DefaultCluster"]["resend_candidates"] = 3
+    first["report"]["summary"]["clusters"]["crash"]["resend_candidates"] = 2
+    after = {"report": {"summary": {"dead_letters_waiting": 1}}}
+    after["report"]["summary"]["clusters"] = {
+        "DefaultCluster": {"resend_candidates": 0, "duplicates": {"stored_twice": 1}},
+        # Losses repaired, sends resent: one of them the broker had stored, its answer lost.
+        "crash": {"losses": {}, "resend_candidates": 0, "duplicates": {"stored_twice": 1}},
+    }
     run = _write(reports / "mq_audit" / "r2" / "summary.json", after)
     _write(reports / "mq_audit" / "latest.json", {"summary": str(run)})
-    resend = _write(reports / "mq_retry_resend" / "r1" / "summary.json", {"counts": {"sent": 3}})
+    # One mq_retry_resend run per cluster, the newer one in latest.json: both count.
+    manual = [{"msg_id": "m", "topic": "t", "reason": "at the max send count"}]
+    runs = {
+        "r1": {"cluster": "DefaultCluster", "candidates": 3, "counts": {"sent": 3}},
+        "r2": {"cluster": "crash", "candidates": 3, "counts": {"sent": 2, "manual": 1}},
+    }
+    runs["r2"]["manual"] = manual
+    for when, (key, doc) in enumerate(runs.items()):
+        resend = _write(reports / "mq_retry_resend" / key / "summary.json", doc)
+        os.utime(resend, (1_000_000 + when, 1_000_000 + when))  # r1 older
     _write(reports / "mq_retry_resend" / "latest.json", {"summary": str(resend)})
     replay = {"request": {"group": "g", "dry_run": False}, "by_status": {"sent": 2}}
     _write(reports / "mq_dlq_replay" / "r1" / "summary.json", replay)
@@ -140,16 +156,26 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     done = _write(reports / "mq_loss_repair" / "r1" / "summary.json", repair)
     _write(reports / "mq_loss_repair" / "latest.json", {"summary": str(done)})
     s = build_summary(reports, truth, None, {}, tmp_path, first)
+    assert s["resends"] == {
+        "clusters": ["DefaultCluster", "crash"], "candidates": 6,
+        "counts": {"sent": 5, "manual": 1}, "manual_handling": 1,
+    }  # fmt: skip
     loops = s["remediation"]["loops"]
     assert loops["resend_due"] == {
-        "remedy": "mq_retry_resend", "found": 3, "acted": 3, "left": 0, "closed": True,
+        "remedy": "mq_retry_resend of clusters DefaultCluster, crash", "found": 5, "acted": 5,
+        "left": 0, "closed": True, "stored_twice_after": 1,
     }  # fmt: skip
     # Four waiting, two replayed, one left: three gone for two replayed is no closed loop.
     assert loops["dead_lettered"]["found"] == 4 and loops["dead_lettered"]["left"] == 1
     assert not loops["dead_lettered"]["closed"]
-    assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 3, "match": False}  # first
+    assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 5, "match": False}  # first
     text = format_summary(s)
-    assert "resend_due" in text and "(mq_retry_resend; closed)" in text
+    assert (
+        "(mq_retry_resend of clusters DefaultCluster, crash; closed; 1 more stored_twice after"
+        " it: sends the broker had stored, their answer lost)"
+    ) in text
+    assert "(producer stubs of DefaultCluster, crash, by what the resend did)" in text
+    assert s["reports"]["manual_handling"] == str(reports / "mq_retry_resend")
     assert loops["lost_after_ack"] == {
         "remedy": "mq_loss_repair of cluster crash", "found": 2, "acted": 2, "left": 0,
         "closed": True,
