@@ -4,10 +4,8 @@ Starts a cluster under OUT, runs the fault workload (every scenario) and, where 
 installed, RabbitMQ's fault scenarios on a node of its own (pipeline.demo_rabbit; audited by
 the same DAGs into the same lake), then the DAGs through Airflow (what `airflow dags test`
 runs, all in one process: pipeline.demo_dags; a SQLite database under OUT/airflow): mq_audit,
-mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, the master-crash
-clusters' remedies (mq_retry_resend of the unanswered sends, mq_loss_repair of the losses
-after acknowledgement: pipeline.demo_restarts), then mq_audit again to show what the
-remedies repaired (the summary's repair loop: found -> acted on -> found after);
+mq_retry_resend, mq_dlq_report, a dry run and a real mq_dlq_replay, then mq_audit again to
+show what the remedies repaired (the summary's repair loop: found -> acted on -> found after);
 prints a short summary (also OUT/summary.json) and where the reports are. It stops the
 cluster and the RabbitMQ node while the last mq_audit runs, once its ingest has read them
 (also on failure). The workload runs some scenarios on clusters of their own
@@ -28,6 +26,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,8 +37,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from broker_runtime.workload.plan import MASTER_CRASH_ASYNC, MASTER_CRASH_SYNC
-from pipeline.demo_dags import DagWorker, airflow_env
+from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
+from pipeline.demo_dags import DagWorker
+from pipeline.demo_lossy import LossyCluster
 from pipeline.demo_rabbit import (
     RabbitFailed,
     RabbitSide,
@@ -47,7 +47,6 @@ from pipeline.demo_rabbit import (
     rabbit_summary,
     unavailable_reason,
 )
-from pipeline.demo_restarts import RestartedCluster
 from pipeline.demo_summary import (
     build_summary,
     format_summary,
@@ -56,6 +55,7 @@ from pipeline.demo_summary import (
     other_clusters,
     pick_replay_group,
 )
+from pipeline.spark_session import SMALL_DATA_SPARK
 
 T = TypeVar("T")
 REPLAY = "mq_dlq_replay"
@@ -129,9 +129,7 @@ class Demo:
         self.started = time.monotonic()
         self.after_task: dict[str, Callable[[], object]] = {}  # called once the task ends
         self._stopping: list[Future[None]] = []
-        # The workload's clusters started again for a remedy: pipeline.demo_restarts.
-        self.lossy = RestartedCluster(self.data_dir, MASTER_CRASH_ASYNC)
-        self.unanswered = RestartedCluster(self.data_dir, MASTER_CRASH_SYNC)
+        self.lossy = LossyCluster(self.data_dir)
 
     # -- output -----------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -169,7 +167,6 @@ class Demo:
                 self.timings["rabbitmq node and workload (background)"] = self.rabbit.seconds
             self.step("mq_audit", lambda: self.dag_test(dags, "mq_audit"))
             self.lossy.start()
-            self.unanswered.start()
             self.step("mq_retry_resend", lambda: self.dag_test(dags, "mq_retry_resend"))
             self.step("mq_dlq_report", lambda: self.dag_test(dags, "mq_dlq_report"))
             group = pick_replay_group(self.reports, self.truth)
@@ -181,13 +178,7 @@ class Demo:
                 dry, real = {**conf, "dry_run": True}, {**conf, "dry_run": False}
                 self.step("mq_dlq_replay (dry run)", lambda: self.dag_test(dags, REPLAY, dry))
                 self.step("mq_dlq_replay", lambda: self.dag_test(dags, REPLAY, real))
-            # The master crashes' sends left unanswered, resent by mq_retry_resend with that
-            # cluster as its data dir; their losses after acknowledgement, repaired.
-            resend = f"mq_retry_resend ({MASTER_CRASH_SYNC})"
-            self.step(resend, lambda: self.remedy_on(self.unanswered, dags))
-            repair = {"cluster": MASTER_CRASH_ASYNC, "dry_run": False, "max_messages": 10000}
-            repair["messages_per_second"] = 500
-            self.step("loss repair", lambda: self.remedy_on(self.lossy, dags, repair))
+            self.step("loss repair", lambda: self.repair_losses(dags))
             # The audit the remedies acted on; the next one shows what they repaired. Once its
             # ingest has read the brokers and RabbitMQ, nothing else does: they stop meanwhile.
             first_audit = latest(self.reports, "mq_audit")
@@ -198,8 +189,7 @@ class Demo:
             with ThreadPoolExecutor(1) as pool:
                 for stopped in [pool.submit(dags.stop), *self.stop_sources()]:
                     stopped.result()
-            for restarted in (self.lossy, self.unanswered):
-                restarted.stop()
+            self.lossy.stop()
         self.timings["total"] = round(time.monotonic() - self.started, 1)
         rabbit = rabbit_summary(why_not, self.rabbit, load_json(self.rabbit_truth), self.lake)
         summary = build_summary(
@@ -271,35 +261,48 @@ class Demo:
         )  # fmt: skip
         return last_json(self.run_logged("rabbit-workload", argv, stdout=True))
 
-    def remedy_on(
-        self,
-        cluster: RestartedCluster,
-        dags: DagWorker,
-        conf: dict[str, Any] | None = None,
-    ) -> None:
-        """A remedy's DAG run for one of the workload's clusters, started again meanwhile
-        (pipeline.demo_restarts): mq_loss_repair with `conf` (the cluster named), else
-        mq_retry_resend with the cluster as mqaudit_data_dir; the cluster stops after it.
-        The next mq_audit verifies what came back."""
-        if not cluster.exists():
-            self.say(f"   no {cluster.name} cluster: nothing to remedy")
+    def repair_losses(self, dags: DagWorker) -> None:
+        """The lost_after_ack losses of the master-crash cluster (started again meanwhile:
+        pipeline.demo_lossy), sent again from its producer ledger's kept bodies
+        (mq_loss_repair with that `cluster`, on the lake's rows of it); it stops after. The
+        next mq_audit verifies what came back."""
+        if not self.lossy.exists():
+            self.say(f"   no {LOSSY_CLUSTER} cluster: nothing to repair")
             return
-        dag_id = "mq_retry_resend" if conf is None else "mq_loss_repair"
         try:
-            cluster.wait_ready()
-            label = f"{dag_id}-{cluster.name}"
-            self.dag_test(dags, dag_id, conf, label, None if conf else cluster.root)
+            self.lossy.wait_ready()
+            conf = {"cluster": LOSSY_CLUSTER, "dry_run": False, "max_messages": 10000}
+            self.dag_test(dags, "mq_loss_repair", {**conf, "messages_per_second": 500})
         finally:
-            cluster.stop()
+            self.lossy.stop()
 
     # -- Airflow ----------------------------------------------------------------------------
-    def airflow_env(self, data_dir: Path | None = None) -> dict[str, str]:
-        """The demo's Airflow environment, mqaudit_data_dir `data_dir` (the demo's cluster's
-        by default) and mqaudit_data_dirs the workload's own clusters'."""
-        others = other_clusters(load_json(self.truth), self.data_dir)
-        rabbit = airflow_vars(self.rabbit)  # RabbitMQ's node, or none
-        home, lake, reports = self.airflow_home, self.lake, self.reports
-        return airflow_env(home, data_dir or self.data_dir, others, lake, reports, rabbit)
+    def airflow_env(self) -> dict[str, str]:
+        import dags
+
+        env = dict(os.environ)
+        env.update(
+            AIRFLOW_HOME=str(self.airflow_home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(Path(dags.__file__).parent),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.airflow_home / 'airflow.db'}",
+            AIRFLOW_VAR_MQAUDIT_DATA_DIR=str(self.data_dir),
+            # The workload's own clusters, audited by mq_audit into the same lake.
+            AIRFLOW_VAR_MQAUDIT_DATA_DIRS=os.pathsep.join(
+                map(str, other_clusters(load_json(self.truth), self.data_dir))
+            ),
+            AIRFLOW_VAR_MQAUDIT_LAKE=str(self.lake),
+            AIRFLOW_VAR_MQAUDIT_REPORTS=str(self.reports),
+            AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT="false",
+            AIRFLOW_VAR_MQAUDIT_SPARK_CONF=json.dumps(SMALL_DATA_SPARK),
+            PYSPARK_PYTHON=sys.executable,
+        )
+        env.update(airflow_vars(self.rabbit))  # RabbitMQ's node, or none
+        # The name servers come from OUT/cluster/cluster.json; an outer setting must not win.
+        env.pop("AIRFLOW_VAR_MQAUDIT_NAMESRV", None)
+        env.pop("AIRFLOW_VAR_MQAUDIT_LEDGER_URL", None)
+        env.pop("AIRFLOW_CONN_MQAUDIT_BROKER", None)
+        return env
 
     def wait_dags(self, dags: DagWorker) -> None:
         """Until the DAG worker has migrated Airflow's database and parsed the DAGs."""
@@ -313,15 +316,13 @@ class Demo:
         dag_id: str,
         conf: dict[str, Any] | None = None,
         label: str | None = None,
-        data_dir: Path | None = None,
     ) -> None:
-        """A DAG run as `airflow dags test` makes it, in the demo's DAG worker (its
-        mqaudit_data_dir `data_dir`, by default the demo's cluster's)."""
+        """A DAG run as `airflow dags test` makes it, in the demo's DAG worker."""
         # Whole seconds, rounded up: the run's interval ends after everything sent so far.
         when = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).replace(microsecond=0)
         name = label or (dag_id if conf is None or not conf.get("dry_run") else f"{dag_id}-dry-run")
         log = self.logs / f"{name}.log"
-        done = dags.submit(dag_id, when, conf, self.airflow_env(data_dir), log)
+        done = dags.submit(dag_id, when, conf, self.airflow_env(), log)
         answer = self.follow(name, log, lambda: dags.answer(done))
         if answer.get("state") != "success":
             raise DemoError(f"{name} failed ({answer}); log {log}:\n{tail(log)}")

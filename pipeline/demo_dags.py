@@ -123,44 +123,6 @@ def run_one(bag: Any, request: dict[str, Any]) -> dict[str, Any]:
     return {"state": str(run.state), "failed_tasks": failed}
 
 
-def airflow_env(
-    home: Path,
-    data_dir: Path,
-    more_data_dirs: list[Path],
-    lake: Path,
-    reports: Path,
-    rabbit: dict[str, str],
-) -> dict[str, str]:
-    """The environment of the demo's Airflow (the worker's, and each run's Variables): this
-    process's, AIRFLOW_HOME `home` with its SQLite database, this package's DAGs, and
-    mqaudit's Variables: `data_dir`'s cluster audited with `more_data_dirs`' into `lake`,
-    reports under `reports`, Spark in the task's process with the settings for small inputs,
-    and `rabbit`'s (RabbitMQ's node, or empty ones)."""
-    import dags
-    from pipeline.spark_session import SMALL_DATA_SPARK
-
-    env = dict(os.environ)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(Path(dags.__file__).parent),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        AIRFLOW_VAR_MQAUDIT_DATA_DIR=str(data_dir),
-        AIRFLOW_VAR_MQAUDIT_DATA_DIRS=os.pathsep.join(map(str, more_data_dirs)),
-        AIRFLOW_VAR_MQAUDIT_LAKE=str(lake),
-        AIRFLOW_VAR_MQAUDIT_REPORTS=str(reports),
-        AIRFLOW_VAR_MQAUDIT_SPARK_SUBMIT="false",
-        AIRFLOW_VAR_MQAUDIT_SPARK_CONF=json.dumps(SMALL_DATA_SPARK),
-        PYSPARK_PYTHON=sys.executable,
-        **rabbit,
-    )
-    # The name servers come from the data dir's cluster.json; an outer setting must not win.
-    env.pop("AIRFLOW_VAR_MQAUDIT_NAMESRV", None)
-    env.pop("AIRFLOW_VAR_MQAUDIT_LEDGER_URL", None)
-    env.pop("AIRFLOW_CONN_MQAUDIT_BROKER", None)
-    return env
-
-
 class DagWorker:
     """The demo's side: the worker process (its own output in `log`), one request per run."""
 

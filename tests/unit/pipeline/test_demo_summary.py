@@ -128,7 +128,8 @@ def test_other_clusters_are_the_scenarios_data_dirs_but_the_main_one(tmp_path: P
 def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path: Path) -> None:
     reports, truth, _ = _site(tmp_path)
     first = json.loads((reports / "mq_audit" / "r1" / "summary.json").read_text())
-    first["report"]["summary"] |= {"resend_candidates": 5, "dead_letters_waiting": 4}
+    # Five due in the two clusters resent on, two more in one the resend did not run for.
+    first["report"]["summary"] |= {"resend_candidates": 7, "dead_letters_waiting": 4}
     first["report"]["summary"]["clusters"]["DefaultCluster"]["resend_candidates"] = 3
     first["report"]["summary"]["clusters"]["crash"]["resend_candidates"] = 2
     after = {"report": {"summary": {"dead_letters_waiting": 1}}}
@@ -163,16 +164,18 @@ def test_the_repair_loop_counts_the_audit_before_and_after_the_remedies(tmp_path
     loops = s["remediation"]["loops"]
     assert loops["resend_due"] == {
         "remedy": "mq_retry_resend of clusters DefaultCluster, crash", "found": 5, "acted": 5,
-        "left": 0, "closed": True, "stored_twice_after": 1,
+        "left": 0, "closed": True, "stored_twice_after": 1, "elsewhere": 2,
     }  # fmt: skip
     # Four waiting, two replayed, one left: three gone for two replayed is no closed loop.
     assert loops["dead_lettered"]["found"] == 4 and loops["dead_lettered"]["left"] == 1
     assert not loops["dead_lettered"]["closed"]
-    assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 5, "match": False}  # first
+    assert s["truth_check"]["resend_due"] == {"truth": 0, "found": 7, "match": False}  # first
     text = format_summary(s)
     assert (
         "(mq_retry_resend of clusters DefaultCluster, crash; closed; 1 more stored_twice after"
-        " it: sends the broker had stored, their answer lost)"
+        " it: sends the broker had stored, their answer lost; 2 more in other clusters, not"
+        " resent: answered SLAVE_NOT_AVAILABLE, stored all the same; a resend would store each"
+        " twice)"
     ) in text
     assert "(producer stubs of DefaultCluster, crash, by what the resend did)" in text
     assert s["reports"]["manual_handling"] == str(reports / "mq_retry_resend")

@@ -1,8 +1,6 @@
-"""The workload's clusters that the demo starts again for a remedy, each its scenario's own
-under OUT/cluster/scenarios: master_crash_async for the loss repair (what its master lost
-after acknowledging it), master_crash_sync for the resend (the sends its master's crash left
-unanswered). Each starts in the background while the other remedies run, its nodes children
-of the demo's process, and is stopped by the demo after its remedy (or on failure)."""
+"""The workload's master-crash cluster (its scenario's own, under OUT/cluster/scenarios), which
+the demo starts again for the loss repair: in the background while the other remedies run,
+its nodes children of the demo's process, stopped by it after the repair (or on failure)."""
 
 from __future__ import annotations
 
@@ -12,15 +10,15 @@ from pathlib import Path
 
 from broker_runtime.cluster import supervisor
 from broker_runtime.cluster.layout import ClusterLayout
+from broker_runtime.workload.plan import MASTER_CRASH_ASYNC as LOSSY_CLUSTER
 
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 
 
-class RestartedCluster:
-    def __init__(self, data_dir: Path, name: str) -> None:
-        self.name = name
-        self.root = data_dir / "scenarios" / name
+class LossyCluster:
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "scenarios" / LOSSY_CLUSTER
         self._started: tuple[ClusterLayout, Future[None]] | None = None
 
     def exists(self) -> bool:
@@ -39,7 +37,7 @@ class RestartedCluster:
     def wait_ready(self) -> None:
         """Until every broker is on its name servers (start() first); its start's error if any."""
         if self._started is None:
-            raise RuntimeError(f"the {self.name} cluster was not started")
+            raise RuntimeError(f"the {LOSSY_CLUSTER} cluster was not started")
         self._started[1].result()
 
     def stop(self) -> None:
