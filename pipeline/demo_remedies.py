@@ -3,7 +3,7 @@ what its remedy did, and what the mq_audit after the remedies still finds (pure 
 DAG runs' summaries).
 
 A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
-it acted on no more: resend_due by mq_retry_resend, on each cluster it ran for (the stubs
+it acted on no more: resend_due by mq_retry_resend, on the cluster(s) it ran for (the stubs
 confirmed at their new offsets; a resent message that the broker had stored after all, its
 answer lost, is then stored twice, and the loop says how many more the audit after finds;
 it also says how many other clusters hold and why the demo resends none of them),

@@ -79,8 +79,9 @@ def replays(reports: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def resends(reports: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every mq_retry_resend run (one per cluster the demo resent on), and their sums: the
-    clusters, candidates, counts by action and stubs handed to a person."""
+    """Every mq_retry_resend run of `reports` (the demo runs one, on its own cluster; a person
+    may run more), and their sums: the clusters, candidates, counts by action and stubs
+    handed to a person."""
     runs = every_run(reports, "mq_retry_resend")
     counts: Counter[str] = Counter()
     for run in runs:
