@@ -6,7 +6,7 @@ A kind's loop is closed when the remedy acted and the audit after it finds exact
 it acted on no more: resend_due by mq_retry_resend, on the cluster(s) it ran for (the stubs
 confirmed at their new offsets; a resent message that the broker had stored after all, its
 answer lost, is then stored twice, and the loop says how many more the audit after finds;
-it also says how many other clusters hold and why the demo resends none of them),
+and how many due stubs each other cluster holds, and why the demo resends none of them),
 dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
 lost_after_ack by mq_loss_repair on the master-crash cluster (sent again from the
 producer's kept bodies, the stubs confirmed at the new positions). The other kinds have no
@@ -60,9 +60,7 @@ NO_REMEDY: dict[str, str] = {
 # SLAVE_NOT_AVAILABLE (its slave stopped), so their stubs stay UNCONFIRMED. The resend rules
 # look at the consumers' log, not at the store: resent, every one was stored twice (83 of
 # 83 in a demo of 2,000 messages).
-RESEND_ELSEWHERE = (
-    "answered SLAVE_NOT_AVAILABLE, stored all the same; a resend would store each twice"
-)
+RESEND_ELSEWHERE = "answered SLAVE_NOT_AVAILABLE but stored: a resend would store each twice"
 
 
 def _loop(remedy: str, found: int, acted: int, left: int) -> dict[str, Any]:
@@ -100,8 +98,11 @@ def remediation(
     def candidates(audit: dict[str, Any]) -> int:
         return sum(int(_counts(audit, c).get("resend_candidates") or 0) for c in resent)
 
-    def candidates_all(audit: dict[str, Any]) -> int:
-        return int(_counts(audit, None).get("resend_candidates") or 0)
+    def due_elsewhere(audit: dict[str, Any]) -> dict[str, int]:
+        """Per cluster the resend did not run for, its due stubs (where it has any)."""
+        names = audit.get("report", {}).get("summary", {}).get("clusters", {})
+        due = {c: int(_counts(audit, c).get("resend_candidates") or 0) for c in names}
+        return {c: n for c, n in sorted(due.items()) if n and c not in resent}
 
     def stored_twice(audit: dict[str, Any]) -> int:
         return sum(_duplicates(_counts(audit, c), STORED_TWICE) for c in resent)
@@ -117,10 +118,10 @@ def remediation(
         )
         # A send whose answer was lost may have been stored all the same: resent, it is
         # stored twice (at-least-once). How many more the audit after finds, said with it;
-        # and how many the clusters the resend did not run for hold.
+        # and how many the clusters the resend did not run for hold, per cluster.
         | {
             "stored_twice_after": max(0, stored_twice(after) - stored_twice(first)),
-            "elsewhere": max(0, candidates_all(first) - candidates(first)),
+            "elsewhere": due_elsewhere(first),
         },
         DEAD_LETTERED: _loop(
             f"mq_dlq_replay of group {group}" if group else "mq_dlq_replay",
@@ -162,7 +163,8 @@ def remediation_lines(r: dict[str, Any]) -> list[str]:
                 "had stored, their answer lost"
             )
         if loop.get("elsewhere"):
-            state += f"; {loop['elsewhere']} more in other clusters, not resent: {RESEND_ELSEWHERE}"
+            where = ", ".join(f"{n} in {c}" for c, n in loop["elsewhere"].items())
+            state += f"; not resent: {where}, {RESEND_ELSEWHERE}"
         lines.append(
             f"  {kind:22}{loop['found']:>4} -> {loop['acted']:>4} -> {loop['left']:>4}  "
             f"({loop['remedy']}; {state})"
