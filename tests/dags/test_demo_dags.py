@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +93,17 @@ def test_the_worker_runs_each_request_in_one_process(tmp_path: Path) -> None:
             assert f"probe says w{i}" in log.read_text()
             pids.append(written["pid"])
         assert pids[0] == pids[1] == worker.proc.pid  # every run in the worker itself
-        assert "warmed up, " in (logs / "w.log").read_text()
+        # When each part of the start ended, each within the whole.
+        warmed = re.search(
+            r"warmed up, ([\d.]+) s after the start \((.*)\)", (logs / "w.log").read_text()
+        )
+        assert warmed is not None
+        parts = dict(re.findall(r"([A-Za-z ]+?) ([\d.]+) s(?:, |$)", warmed.group(2)))
+        assert set(parts) == {
+            "database migrated", "DAGs parsed", "task API", "Spark session", "ingest",
+            "Great Expectations",
+        }, parts  # fmt: skip
+        assert all(0 < float(t) <= float(warmed.group(1)) for t in parts.values()), parts
         assert (tmp_path / "reports" / "data-docs" / "gx").is_dir()  # GX's context, made once
 
         failing = worker.submit(
