@@ -5,8 +5,8 @@ DAG runs' summaries).
 A kind's loop is closed when the remedy acted and the audit after it finds exactly the ones
 it acted on no more: resend_due by mq_retry_resend, on the cluster(s) it ran for (the stubs
 confirmed at their new offsets; a resent message that the broker had stored after all, its
-answer lost, is then stored twice, and the loop says how many more the audit after finds;
-and how many due stubs each other cluster holds, and why the demo resends none of them),
+answer lost, is then stored twice: the loop says how many more the audit after finds, and,
+per other cluster, how many stubs are due there and why the demo resends none of them),
 dead_lettered by mq_dlq_replay (one group's dead letters, marked replayed),
 lost_after_ack by mq_loss_repair on the master-crash cluster (sent again from the
 producer's kept bodies, the stubs confirmed at the new positions). The other kinds have no
@@ -117,8 +117,8 @@ def remediation(
             candidates(after),
         )
         # A send whose answer was lost may have been stored all the same: resent, it is
-        # stored twice (at-least-once). How many more the audit after finds, said with it;
-        # and how many the clusters the resend did not run for hold, per cluster.
+        # stored twice (at-least-once). How many more the audit after finds, said with it,
+        # and the due stubs of each cluster the resend did not run for.
         | {
             "stored_twice_after": max(0, stored_twice(after) - stored_twice(first)),
             "elsewhere": due_elsewhere(first),
