@@ -79,6 +79,14 @@ def _counts(audit: dict[str, Any], cluster: str | None) -> dict[str, Any]:
     return system_summary(summary.get("clusters", {}).get(cluster, summary), ROCKETMQ)
 
 
+def _count(audit: dict[str, Any], cluster: str | None, key: str, kind: str | None = None) -> int:
+    """One of `_counts`: `key`'s number, or that of `kind` in `key`'s counts by kind."""
+    value = _counts(audit, cluster).get(key)
+    if kind is not None:
+        value = (value or {}).get(kind)
+    return int(value or 0)
+
+
 def remediation(
     first: dict[str, Any],
     after: dict[str, Any],
@@ -96,16 +104,16 @@ def remediation(
     replayed = replay.get("request", {}).get("cluster")
 
     def candidates(audit: dict[str, Any]) -> int:
-        return sum(int(_counts(audit, c).get("resend_candidates") or 0) for c in resent)
+        return sum(_count(audit, c, "resend_candidates") for c in resent)
 
     def due_elsewhere(audit: dict[str, Any]) -> dict[str, int]:
         """Per cluster the resend did not run for, its due stubs (where it has any)."""
         names = audit.get("report", {}).get("summary", {}).get("clusters", {})
-        due = {c: int(_counts(audit, c).get("resend_candidates") or 0) for c in names}
-        return {c: n for c, n in sorted(due.items()) if n and c not in resent}
+        due = {c: _count(audit, c, "resend_candidates") for c in names if c not in resent}
+        return {c: n for c, n in sorted(due.items()) if n}
 
     def stored_twice(audit: dict[str, Any]) -> int:
-        return sum(_duplicates(_counts(audit, c), STORED_TWICE) for c in resent)
+        return sum(_count(audit, c, "duplicates", STORED_TWICE) for c in resent)
 
     names = [str(c) for c in resent if c]
     where = f" of cluster{'s' * (len(names) > 1)} {', '.join(names)}" if names else ""
@@ -125,29 +133,21 @@ def remediation(
         },
         DEAD_LETTERED: _loop(
             f"mq_dlq_replay of group {group}" if group else "mq_dlq_replay",
-            int(_counts(first, replayed).get("dead_letters_waiting") or 0),
+            _count(first, replayed, "dead_letters_waiting"),
             int(replay.get("by_status", {}).get("sent") or 0),
-            int(_counts(after, replayed).get("dead_letters_waiting") or 0),
+            _count(after, replayed, "dead_letters_waiting"),
         ),
     }
     if repair:
         lossy = repair.get("cluster")
         loops[LOST_AFTER_ACK] = _loop(
             f"mq_loss_repair of cluster {lossy}",
-            _lost(_counts(first, lossy)),
+            _count(first, lossy, "losses", LOST_AFTER_ACK),
             int(repair.get("send", {}).get("sent") or 0),
-            _lost(_counts(after, lossy)),
+            _count(after, lossy, "losses", LOST_AFTER_ACK),
         )
     no_remedy = {k: v for k, v in NO_REMEDY.items() if k not in loops}
     return {"loops": loops, "no_remedy": no_remedy}
-
-
-def _lost(counts: dict[str, Any]) -> int:
-    return int(counts.get("losses", {}).get(LOST_AFTER_ACK) or 0)
-
-
-def _duplicates(counts: dict[str, Any], kind: str) -> int:
-    return int(counts.get("duplicates", {}).get(kind) or 0)
 
 
 def remediation_lines(r: dict[str, Any]) -> list[str]:

@@ -71,15 +71,16 @@ def test_the_demo_runs_the_workload_and_every_dag_and_matches_the_ground_truth(
         (r for r in rows if r["kind"] != C.DUPLICATE_EFFECT and not C.is_went_back(r)), owners
     )
     main = {n for n, s in truth["scenarios"].items() if Path(s["data_dir"]) == out / "cluster"}
-    due = {k: n for k, n in C.truth_keys(truth).items() if k[1] == "resend_due"}
+    keys = C.truth_keys(truth)
+    due = {k: n for k, n in keys.items() if k[1] == "resend_due"}
     resent = {k: n for k, n in due.items() if k[0] in main}
     assert resent  # the workload cut some sends off the demo's cluster
     # and the synchronous master crash's were answered SLAVE_NOT_AVAILABLE: not resent
     assert {k[0] for k in due.keys() - resent.keys()} == {"master_crash_sync"}
     lossy = "master_crash_async"  # the demo repairs its losses
-    repaired = {k: n for k, n in C.truth_keys(truth).items() if k[:2] == (lossy, "lost_after_ack")}
+    repaired = {k: n for k, n in keys.items() if k[:2] == (lossy, "lost_after_ack")}
     assert repaired
-    expected = {k: n for k, n in C.truth_keys(truth).items() if k not in resent | repaired}
+    expected = {k: n for k, n in keys.items() if k not in resent | repaired}
     C.assert_same_findings(expected, found)
     # Committed offsets that went back (timing, see C.WENT_BACK): only where two consumers
     # commit one queue, and each is in its cluster's offset files.
